@@ -1,0 +1,66 @@
+# containerd-shim-spin-v2 — build, test, demo and benchmark entry points.
+# Every target installs what it needs through scripts/setup.sh (root on Debian 12).
+SHELL := /bin/bash
+CARGO ?= cargo
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+RELEASE_DIR := $(CARGO_TARGET_DIR)/release
+# Integration tests find the freshly built binaries and guest apps here.
+export SHIM_BIN_DIR := $(RELEASE_DIR)
+export GUEST_APPS_DIR := $(CURDIR)/tests/apps/target/wasm32-wasip2/release
+
+.PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd \
+        demo bench bench-http bench-start clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+## build: the shim and the tools, release profile (the one profile tests use too)
+build: setup
+	$(CARGO) build --release --workspace --bins
+
+## apps: the guest Wasm apps used by tests, demo and benchmarks
+apps: setup
+	@bash scripts/build-apps.sh
+
+## lint: formatting and clippy, warnings are errors
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## test: everything — lint, unit tests, real-kernel cgroup tests, containerd integration tests
+test: build apps lint
+	$(CARGO) test --release --workspace
+
+test-unit: setup
+	$(CARGO) test --release --workspace --lib --bins
+
+test-integration: build apps
+	$(CARGO) test --release -p integration
+
+test-cri: build apps
+	$(CARGO) test --release -p integration --test cri -- --nocapture
+
+test-systemd: build apps
+	@bash scripts/test-systemd.sh
+
+## demo: a Spin app in a kubelet-style pod cgroup through a private containerd
+demo: build apps
+	@bash scripts/demo.sh
+
+## bench: benchmarks, results in docs/benchmarks.md and raw samples in target/bench/
+bench: bench-http bench-start
+
+bench-http: build apps
+	@bash scripts/bench-http.sh
+
+bench-start: build apps
+	@bash scripts/bench-start.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf tests/apps/target

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything the build, the tests and the demo need on a fresh Debian 12 machine.
+# Idempotent: packages already present are skipped quickly.
+set -euo pipefail
+
+need_pkgs=(containerd runc protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates)
+missing=()
+for p in "${need_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The system containerd that the package starts is never used by the project: tests and the
+# demo run their own private instances. Stop the packaged service if some init started it.
+if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+fi
+
+if command -v rustup >/dev/null; then
+    for t in wasm32-wasip2 wasm32-wasip1; do
+        rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    done
+fi
+echo "setup: done"
