@@ -1,0 +1,259 @@
+#!/bin/sh
+# Installs containerd-shim-spin-v2 on a Kubernetes node and registers the `spin` runtime
+# (runtime_type io.containerd.spin.v2) in containerd's CRI configuration.
+#
+# Handles plain containerd 1.6/1.7 (config version 2, plugin "io.containerd.grpc.v1.cri"),
+# containerd 2.x (config version 3, plugin "io.containerd.cri.v1.runtime"), K3s and RKE2
+# (config.toml.tmpl / config-v3.toml.tmpl next to the generated config.toml), MicroK8s
+# (args/containerd-template.toml) and k0s (a drop-in in /etc/k0s/containerd.d/).
+# It sets no cgroup option: the shim places containers under the pod cgroup by itself.
+#
+# Idempotent: the runtime sits in one marked block that a rerun replaces; nothing is changed
+# and containerd is not restarted when shim and config are already current. Before the first
+# change a file is backed up once as <file>.spin-backup. POSIX sh, so it runs in busybox.
+#
+# Usage: install-node.sh [options]
+#   --host-root DIR   the node's root filesystem (default /, /host in the DaemonSet)
+#   --shim FILE       the shim binary to install (default: next to this script)
+#   --distro NAME     auto|containerd|k3s|rke2|microk8s|k0s (default auto: detected)
+#   --config FILE     containerd config to edit, relative to host root (plain containerd;
+#                     default /etc/containerd/config.toml)
+#   --bin-dir DIR     where the shim goes on the host (default /usr/local/bin)
+#   --no-restart      do not restart containerd (the caller does)
+# Environment: HOST_ROOT, SHIM_SOURCE, NODE_DISTRO, CONTAINERD_CONFIG, SHIM_BIN_DIR, RESTART=none
+#   RESTART_CMD  command that restarts the node's containerd (overrides the distro default)
+#   CONTAINERD_MAJOR  1 or 2 when a config file does not exist yet and the containerd binary
+#                     cannot be found to ask (decides the config layout to write)
+set -eu
+
+host_root="${HOST_ROOT:-/}"
+shim_src="${SHIM_SOURCE:-$(dirname "$0")/containerd-shim-spin-v2}"
+distro="${NODE_DISTRO:-auto}"
+config_rel="${CONTAINERD_CONFIG:-}"
+bin_dir="${SHIM_BIN_DIR:-/usr/local/bin}"
+restart="${RESTART:-auto}"
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --host-root) host_root="$2"; shift 2 ;;
+        --shim) shim_src="$2"; shift 2 ;;
+        --distro) distro="$2"; shift 2 ;;
+        --config) config_rel="$2"; shift 2 ;;
+        --bin-dir) bin_dir="$2"; shift 2 ;;
+        --no-restart) restart=none; shift ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        *) echo "install-node: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+log() { echo "install-node: $*" >&2; }
+die() { echo "install-node: error: $*" >&2; exit 1; }
+
+host_root="${host_root%/}"
+h() { printf '%s%s' "$host_root" "$1"; }   # host path -> path as seen here
+
+BEGIN_MARK="# BEGIN containerd-shim-spin-v2 (managed by install-node.sh; a rerun replaces this block)"
+END_MARK="# END containerd-shim-spin-v2"
+changed=0
+
+[ -f "$shim_src" ] || die "shim binary $shim_src not found (fix: pass --shim FILE or set SHIM_SOURCE)"
+
+# --- which node flavour -------------------------------------------------------------------
+if [ "$distro" = auto ]; then
+    if [ -d "$(h /var/lib/rancher/k3s/agent/etc/containerd)" ]; then distro=k3s
+    elif [ -d "$(h /var/lib/rancher/rke2/agent/etc/containerd)" ]; then distro=rke2
+    elif [ -d "$(h /var/snap/microk8s/current/args)" ]; then distro=microk8s
+    elif [ -d "$(h /etc/k0s)" ] || [ -d "$(h /var/lib/k0s)" ]; then distro=k0s
+    else distro=containerd
+    fi
+fi
+log "node flavour: $distro"
+
+# --- the shim binary ----------------------------------------------------------------------
+install_shim() { # $1: host directory
+    dir="$(h "$1")"
+    mkdir -p "$dir"
+    if [ -f "$dir/containerd-shim-spin-v2" ] && cmp -s "$shim_src" "$dir/containerd-shim-spin-v2"; then
+        log "shim already current in $1"
+        return
+    fi
+    # Copy then rename: running shims keep their (old) executable.
+    cp "$shim_src" "$dir/.containerd-shim-spin-v2.new"
+    chmod 0755 "$dir/.containerd-shim-spin-v2.new"
+    mv -f "$dir/.containerd-shim-spin-v2.new" "$dir/containerd-shim-spin-v2"
+    log "installed shim in $1"
+    changed=1
+}
+install_shim "$bin_dir"
+# k0s runs containerd with its own bin directory on PATH.
+[ "$distro" = k0s ] && install_shim /var/lib/k0s/bin
+shim_path="$bin_dir/containerd-shim-spin-v2"
+
+# --- config layout ------------------------------------------------------------------------
+# Prints the config `version` of file $1 (0 when it has none).
+config_version() {
+    v="$(sed -n 's/^[[:space:]]*version[[:space:]]*=[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n 1)"
+    echo "${v:-0}"
+}
+
+# Major version of the node's containerd, from its binary (empty when unknown).
+containerd_major() {
+    if [ -n "${CONTAINERD_MAJOR:-}" ]; then echo "$CONTAINERD_MAJOR"; return; fi
+    for b in /usr/bin/containerd /usr/local/bin/containerd /bin/containerd /var/lib/k0s/bin/containerd; do
+        if [ -x "$(h "$b")" ]; then
+            out="$( (chroot "$host_root" "$b" --version || "$(h "$b")" --version) 2>/dev/null || true)"
+            # "containerd github.com/containerd/containerd/v2 v2.0.0 <sha>" or "... 1.7.24 ..."
+            echo "$out" | sed -n 's/^containerd [^ ]* v\{0,1\}\([0-9]\)\..*/\1/p' | head -n 1
+            return
+        fi
+    done
+}
+
+# The runtime table for a config of version $1.
+runtime_block() {
+    case "$1" in
+        3) table='plugins."io.containerd.cri.v1.runtime".containerd.runtimes.spin' ;;
+        2) table='plugins."io.containerd.grpc.v1.cri".containerd.runtimes.spin' ;;
+        1) table='plugins.cri.containerd.runtimes.spin' ;;
+        *) die "unsupported containerd config version $1" ;;
+    esac
+    printf '%s\n[%s]\n  runtime_type = "io.containerd.spin.v2"\n  runtime_path = "%s"\n%s\n' \
+        "$BEGIN_MARK" "$table" "$shim_path" "$END_MARK"
+}
+
+# Adds (or refreshes) the managed block in config file $1 (path as seen here). $2: the
+# config version to write when the file does not exist or is empty ("detect": ask the
+# node's containerd binary).
+ensure_runtime() {
+    file="$1"
+    fresh_version="$2"
+    mkdir -p "$(dirname "$file")"
+    if [ -s "$file" ]; then
+        version="$(config_version "$file")"
+        # An unversioned, non-empty config is version 1 (short plugin names).
+        [ "$version" = 0 ] && version=1
+        header=""
+    else
+        version="$fresh_version"
+        [ "$version" = detect ] && version="$(fresh_config_version)"
+        header="version = $version"
+    fi
+    tmp="$file.spin-new.$$"
+    # The file without our block (from a previous run).
+    if [ -f "$file" ]; then
+        awk -v b="$BEGIN_MARK" -v e="$END_MARK" '
+            $0 == b { skip = 1; next }
+            $0 == e { skip = 0; next }
+            !skip { print }' "$file" >"$tmp"
+    else
+        : >"$tmp"
+    fi
+    if grep -Eq '^[[:space:]]*\[[^]]*\.runtimes\.("spin"|spin)\][[:space:]]*(#.*)?$' "$tmp"; then
+        rm -f "$tmp"
+        log "$file already defines a spin runtime outside the managed block; left as it is" \
+            "(fix: delete that table to let this installer manage it)"
+        return
+    fi
+    if [ -n "$header" ]; then
+        printf '%s\n' "$header" >>"$tmp"
+    fi
+    runtime_block "$version" >>"$tmp"
+    if [ -f "$file" ] && cmp -s "$tmp" "$file"; then
+        rm -f "$tmp"
+        log "$file already has the spin runtime"
+        return
+    fi
+    if [ -f "$file" ] && [ ! -e "$file.spin-backup" ]; then
+        cp -p "$file" "$file.spin-backup"
+        log "backup: $file.spin-backup"
+    fi
+    [ -f "$file" ] && chmod --reference="$file" "$tmp" 2>/dev/null || true
+    mv -f "$tmp" "$file"
+    log "spin runtime (config version $version) written to $file"
+    changed=1
+}
+
+# Version for a config that does not exist yet, from the installed containerd.
+fresh_config_version() {
+    major="$(containerd_major)"
+    case "$major" in
+        2) echo 3 ;;
+        1) echo 2 ;;
+        *) die "cannot tell the containerd version (no containerd binary under $host_root) to write a new config (fix: set CONTAINERD_MAJOR=1 or 2)" ;;
+    esac
+}
+
+# K3s and RKE2 regenerate config.toml at every start from a template when one exists.
+rancher_config() { # $1: agent containerd directory (host path)
+    dir="$(h "$1")"
+    if [ -f "$dir/config-v3.toml.tmpl" ] || [ "$(config_version "$dir/config.toml")" = 3 ]; then
+        tmpl="$dir/config-v3.toml.tmpl"
+    else
+        tmpl="$dir/config.toml.tmpl"
+    fi
+    if [ ! -f "$tmpl" ]; then
+        [ -f "$dir/config.toml" ] || die "$dir/config.toml not found: start $distro once so it writes its containerd config, then rerun"
+        cp -p "$dir/config.toml" "$tmpl"
+        log "created $tmpl from the generated config.toml"
+        changed=1
+    fi
+    ensure_runtime "$tmpl" "$(config_version "$dir/config.toml")"
+    # Also the generated file, so the runtime is there even before the distro regenerates it.
+    if [ -f "$dir/config.toml" ]; then
+        ensure_runtime "$dir/config.toml" 2
+    fi
+}
+
+case "$distro" in
+    containerd)
+        ensure_runtime "$(h "${config_rel:-/etc/containerd/config.toml}")" detect
+        ;;
+    k3s) rancher_config /var/lib/rancher/k3s/agent/etc/containerd ;;
+    rke2) rancher_config /var/lib/rancher/rke2/agent/etc/containerd ;;
+    microk8s) ensure_runtime "$(h /var/snap/microk8s/current/args/containerd-template.toml)" 2 ;;
+    k0s)
+        # k0s merges drop-ins from /etc/k0s/containerd.d into its generated config.
+        ensure_runtime "$(h /etc/k0s/containerd.d/spin.toml)" detect
+        ;;
+    *) die "unknown --distro $distro (use auto, containerd, k3s, rke2, microk8s or k0s)" ;;
+esac
+
+# --- restart ------------------------------------------------------------------------------
+if [ "$changed" = 0 ]; then
+    log "nothing changed; containerd not restarted"
+    exit 0
+fi
+if [ "$restart" = none ]; then
+    log "changes made; restart containerd yourself (--no-restart)"
+    exit 0
+fi
+
+# From a pod (host root mounted elsewhere, hostPID) run the restart in the host's namespaces.
+on_host() {
+    if [ "$host_root" != "" ] && [ "$host_root" != "/" ]; then
+        nsenter --target 1 --mount --uts --ipc --net --pid -- "$@"
+    else
+        "$@"
+    fi
+}
+first_active() { # prints the first systemd unit of $@ that is active
+    for u in "$@"; do
+        if on_host systemctl is-active --quiet "$u"; then echo "$u"; return; fi
+    done
+}
+
+if [ -n "${RESTART_CMD:-}" ]; then
+    log "restarting containerd: $RESTART_CMD"
+    on_host sh -c "$RESTART_CMD"
+    exit 0
+fi
+case "$distro" in
+    containerd) unit=containerd ;;
+    k3s) unit="$(first_active k3s k3s-agent)" ;;
+    rke2) unit="$(first_active rke2-server rke2-agent)" ;;
+    microk8s) unit=snap.microk8s.daemon-containerd ;;
+    k0s) unit="$(first_active k0sworker k0scontroller)" ;;
+esac
+[ -n "$unit" ] || die "no active $distro service found to restart (fix: set RESTART_CMD)"
+log "restarting $unit"
+on_host systemctl restart "$unit"
