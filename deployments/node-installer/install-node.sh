@@ -148,7 +148,7 @@ ensure_runtime() {
     else
         : >"$tmp"
     fi
-    if grep -Eq '^[[:space:]]*\[[^]]*\.runtimes\.("spin"|spin)\][[:space:]]*(#.*)?$' "$tmp"; then
+    if grep -Eq "^[[:space:]]*\[[^]]*\.runtimes\.(spin|\"spin\"|'spin')\][[:space:]]*(#.*)?\$" "$tmp"; then
         rm -f "$tmp"
         log "$file already defines a spin runtime outside the managed block; left as it is" \
             "(fix: delete that table to let this installer manage it)"

@@ -1,0 +1,436 @@
+//! Tests of `deployments/node-installer/install-node.sh` against config fixtures of each
+//! containerd version and node flavour: after two runs the config parses (containerd itself
+//! validates the 1.x ones), holds the `spin` runtime exactly once, sets no cgroup option,
+//! and the first run kept a backup. No restart here (`--no-restart`); the restart against a
+//! live containerd is in `tests/cri.rs`.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context, Result};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/installer");
+const SPIN_TYPE: &str = "io.containerd.spin.v2";
+
+fn installer() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deployments/node-installer/install-node.sh")
+}
+
+fn fixture(name: &str) -> String {
+    fs::read_to_string(Path::new(FIXTURES).join(name))
+        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
+}
+
+/// A fake node root with a shim binary to install.
+struct Node {
+    root: tempfile::TempDir,
+    shim: PathBuf,
+}
+
+impl Node {
+    fn new() -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("cri-installer-")
+            .tempdir()
+            .unwrap();
+        let shim = root.path().join("shim-to-install");
+        fs::write(&shim, b"#!/bin/sh\necho fake shim\n").unwrap();
+        Node { root, shim }
+    }
+
+    fn path(&self, host_path: &str) -> PathBuf {
+        self.root.path().join(host_path.trim_start_matches('/'))
+    }
+
+    fn put(&self, host_path: &str, text: &str) {
+        let p = self.path(host_path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    /// Runs the installer; returns its stderr (the log).
+    fn install(&self, env: &[(&str, &str)]) -> Result<String> {
+        let out = Command::new("sh")
+            .arg(installer())
+            .args(["--host-root"])
+            .arg(self.root.path())
+            .arg("--shim")
+            .arg(&self.shim)
+            .arg("--no-restart")
+            .envs(env.iter().copied())
+            .output()
+            .context("running install-node.sh")?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        ensure!(
+            out.status.success(),
+            "install-node.sh failed ({}):\n{log}",
+            out.status
+        );
+        Ok(log)
+    }
+
+    /// Two runs: the first changes things, the second must change nothing.
+    fn install_twice(&self, env: &[(&str, &str)]) -> Result<()> {
+        let first = self.install(env)?;
+        ensure!(
+            !first.contains("nothing changed"),
+            "first run changed nothing:\n{first}"
+        );
+        let second = self.install(env)?;
+        ensure!(
+            second.contains("nothing changed; containerd not restarted"),
+            "second run was not a no-op:\n{second}"
+        );
+        Ok(())
+    }
+
+    fn check_shim(&self, dir: &str) -> Result<()> {
+        let installed = self.path(dir).join("containerd-shim-spin-v2");
+        ensure!(
+            fs::read(&installed).with_context(|| format!("{} missing", installed.display()))?
+                == fs::read(&self.shim)?,
+            "{} differs from the source",
+            installed.display()
+        );
+        let mode = fs::metadata(&installed)?.permissions().mode();
+        ensure!(
+            mode & 0o111 != 0,
+            "{} is not executable ({mode:o})",
+            installed.display()
+        );
+        Ok(())
+    }
+}
+
+/// Lines that open a `spin` runtime table (any quoting of the key).
+fn spin_table_headers(text: &str) -> usize {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with('[')
+                && (l.ends_with(".runtimes.spin]")
+                    || l.ends_with(".runtimes.\"spin\"]")
+                    || l.ends_with(".runtimes.'spin']"))
+        })
+        .count()
+}
+
+/// Parses `file` as TOML and checks the spin runtime under `plugin_path`.
+fn check_runtime(file: &Path, plugin_path: &[&str], runtime_path: &str) -> Result<()> {
+    let text = fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    ensure!(
+        spin_table_headers(&text) == 1,
+        "{} has {} spin runtime tables, want 1:\n{text}",
+        file.display(),
+        spin_table_headers(&text)
+    );
+    let doc: toml::Table = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML after the install", file.display()))?;
+    let mut node = &toml::Value::Table(doc);
+    for key in plugin_path
+        .iter()
+        .chain(["containerd", "runtimes", "spin"].iter())
+    {
+        node = node.get(key).with_context(|| {
+            format!(
+                "{}: no key {key:?} on the way to the spin runtime",
+                file.display()
+            )
+        })?;
+    }
+    ensure!(
+        node.get("runtime_type").and_then(|v| v.as_str()) == Some(SPIN_TYPE),
+        "{}: spin runtime_type is {:?}",
+        file.display(),
+        node.get("runtime_type")
+    );
+    ensure!(
+        node.get("runtime_path").and_then(|v| v.as_str()) == Some(runtime_path),
+        "{}: spin runtime_path is {:?}, want {runtime_path}",
+        file.display(),
+        node.get("runtime_path")
+    );
+    ensure!(
+        node.get("options").is_none() && !text.contains("SystemdCgroup = true\n# END"),
+        "{}: the installer must set no runtime options (no cgroup option)",
+        file.display()
+    );
+    Ok(())
+}
+
+/// `containerd --config file config dump` must accept the file and show the spin runtime.
+fn containerd_accepts(containerd: &Path, file: &Path) -> Result<()> {
+    let out = Command::new(containerd)
+        .arg("--config")
+        .arg(file)
+        .args(["config", "dump"])
+        .output()
+        .with_context(|| format!("running {}", containerd.display()))?;
+    let dump = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "{} rejects {}: {}",
+            containerd.display(),
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let spin_section = dump
+        .split_once(".runtimes.spin]")
+        .with_context(|| {
+            format!(
+                "{} config dump of {} has no spin runtime",
+                containerd.display(),
+                file.display()
+            )
+        })?
+        .1;
+    ensure!(
+        spin_section
+            .lines()
+            .take_while(|l| !l.trim_start().starts_with("[plugins") || l.contains("runtimes.spin"))
+            .any(|l| l.trim() == format!("runtime_type = \"{SPIN_TYPE}\"")),
+        "config dump lost the spin runtime_type"
+    );
+    Ok(())
+}
+
+fn containerd_16() -> PathBuf {
+    PathBuf::from("/usr/bin/containerd")
+}
+
+/// containerd 1.7's binary, unpacked by scripts/install-containerd-1.7.sh (idempotent).
+fn containerd_17() -> Result<PathBuf> {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-containerd-1.7.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .context("running install-containerd-1.7.sh")?;
+    ensure!(
+        out.status.success(),
+        "install-containerd-1.7.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()).join("containerd"))
+}
+
+const CRI_V1: &[&str] = &["plugins", "io.containerd.grpc.v1.cri"];
+const CRI_V2: &[&str] = &["plugins", "io.containerd.cri.v1.runtime"];
+const BIN: &str = "/usr/local/bin/containerd-shim-spin-v2";
+
+fn plain_containerd(fixture_name: &str, containerd: Option<PathBuf>) -> Result<()> {
+    let node = Node::new();
+    let original = fixture(fixture_name);
+    node.put("/etc/containerd/config.toml", &original);
+    node.install_twice(&[])?;
+    let config = node.path("/etc/containerd/config.toml");
+    node.check_shim("/usr/local/bin")?;
+    let backup = fs::read_to_string(node.path("/etc/containerd/config.toml.spin-backup"))?;
+    ensure!(backup == original, "the backup is not the original config");
+    // The original content is kept as it was, our block only appended.
+    ensure!(
+        fs::read_to_string(&config)?.starts_with(&original),
+        "the installer altered existing lines"
+    );
+    let plugin = if original.contains("version = 3") {
+        CRI_V2
+    } else {
+        CRI_V1
+    };
+    check_runtime(&config, plugin, BIN)?;
+    if let Some(bin) = containerd {
+        containerd_accepts(&bin, &config)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn containerd_1_6_default_config() -> Result<()> {
+    plain_containerd("containerd-1.6.toml", Some(containerd_16()))
+}
+
+#[test]
+fn containerd_1_7_default_config() -> Result<()> {
+    plain_containerd("containerd-1.7.toml", Some(containerd_17()?))
+}
+
+#[test]
+fn containerd_2_config_version_3() -> Result<()> {
+    // No containerd 2.x binary here: the TOML structure is checked, not containerd's parse.
+    plain_containerd("containerd-2.0.toml", None)
+}
+
+#[test]
+fn missing_config_is_created_for_the_node_containerd() -> Result<()> {
+    for (major, plugin) in [("1", CRI_V1), ("2", CRI_V2)] {
+        let node = Node::new();
+        node.install_twice(&[("CONTAINERD_MAJOR", major)])?;
+        let config = node.path("/etc/containerd/config.toml");
+        let text = fs::read_to_string(&config)?;
+        let want = if major == "1" {
+            "version = 2\n"
+        } else {
+            "version = 3\n"
+        };
+        ensure!(
+            text.starts_with(want),
+            "fresh config for containerd {major} must start with {want:?}:\n{text}"
+        );
+        check_runtime(&config, plugin, BIN)?;
+        if major == "1" {
+            containerd_accepts(&containerd_16(), &config)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn missing_config_without_containerd_is_a_clear_error() {
+    let node = Node::new();
+    let err = node.install(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("CONTAINERD_MAJOR"),
+        "error must name the fix: {err}"
+    );
+}
+
+#[test]
+fn k3s_and_rke2_templates() -> Result<()> {
+    for distro in ["k3s", "rke2"] {
+        let dir = format!("/var/lib/rancher/{distro}/agent/etc/containerd");
+        let node = Node::new();
+        node.put(&format!("{dir}/config.toml"), &fixture("k3s-config.toml"));
+        node.install_twice(&[])?;
+        let tmpl = node.path(&format!("{dir}/config.toml.tmpl"));
+        ensure!(tmpl.exists(), "{distro}: config.toml.tmpl was not created");
+        check_runtime(&tmpl, CRI_V1, BIN)?;
+        let generated = node.path(&format!("{dir}/config.toml"));
+        check_runtime(&generated, CRI_V1, BIN)?;
+        containerd_accepts(&containerd_16(), &generated)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn k3s_with_containerd_2_uses_the_v3_template() -> Result<()> {
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    let node = Node::new();
+    node.put(
+        &format!("{dir}/config.toml"),
+        &fixture("containerd-2.0.toml"),
+    );
+    node.install_twice(&[])?;
+    ensure!(
+        !node.path(&format!("{dir}/config.toml.tmpl")).exists(),
+        "wrote the v2 template name"
+    );
+    check_runtime(
+        &node.path(&format!("{dir}/config-v3.toml.tmpl")),
+        CRI_V2,
+        BIN,
+    )
+}
+
+#[test]
+fn k3s_existing_template_is_extended_not_replaced() -> Result<()> {
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    let node = Node::new();
+    node.put(&format!("{dir}/config.toml"), &fixture("k3s-config.toml"));
+    let user_tmpl = "{{ template \"base\" . }}\n\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/certs.d\"\n";
+    node.put(&format!("{dir}/config.toml.tmpl"), user_tmpl);
+    node.install_twice(&[])?;
+    let text = fs::read_to_string(node.path(&format!("{dir}/config.toml.tmpl")))?;
+    ensure!(
+        text.starts_with(user_tmpl),
+        "the user's template was not kept:\n{text}"
+    );
+    ensure!(
+        spin_table_headers(&text) == 1,
+        "template has the runtime {} times",
+        spin_table_headers(&text)
+    );
+    ensure!(
+        fs::read_to_string(node.path(&format!("{dir}/config.toml.tmpl.spin-backup")))? == user_tmpl,
+        "no backup of the user's template"
+    );
+    Ok(())
+}
+
+#[test]
+fn microk8s_template() -> Result<()> {
+    let node = Node::new();
+    let file = "/var/snap/microk8s/current/args/containerd-template.toml";
+    node.put(file, &fixture("microk8s-containerd-template.toml"));
+    node.install_twice(&[])?;
+    check_runtime(&node.path(file), CRI_V1, BIN)
+}
+
+#[test]
+fn k0s_drop_in() -> Result<()> {
+    let node = Node::new();
+    fs::create_dir_all(node.path("/etc/k0s"))?;
+    node.install_twice(&[("CONTAINERD_MAJOR", "1")])?;
+    node.check_shim("/usr/local/bin")?;
+    node.check_shim("/var/lib/k0s/bin")?;
+    let dropin = node.path("/etc/k0s/containerd.d/spin.toml");
+    check_runtime(&dropin, CRI_V1, BIN)?;
+    containerd_accepts(&containerd_16(), &dropin)
+}
+
+#[test]
+fn hand_configured_spin_runtime_is_left_alone() -> Result<()> {
+    let node = Node::new();
+    let original = fixture("hand-configured-spin.toml");
+    node.put("/etc/containerd/config.toml", &original);
+    let log = node.install(&[])?;
+    ensure!(
+        log.contains("outside the managed block"),
+        "no message about the existing runtime:\n{log}"
+    );
+    ensure!(
+        fs::read_to_string(node.path("/etc/containerd/config.toml"))? == original,
+        "config changed"
+    );
+    Ok(())
+}
+
+#[test]
+fn unversioned_config_gets_the_short_plugin_name() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("unversioned-v1.toml"),
+    );
+    node.install_twice(&[])?;
+    check_runtime(
+        &node.path("/etc/containerd/config.toml"),
+        &["plugins", "cri"],
+        BIN,
+    )?;
+    containerd_accepts(&containerd_16(), &node.path("/etc/containerd/config.toml"))
+}
+
+#[test]
+fn shim_update_alone_is_a_change() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd-1.6.toml"),
+    );
+    node.install_twice(&[])?;
+    fs::write(&node.shim, b"#!/bin/sh\necho newer shim\n")?;
+    let log = node.install(&[])?;
+    ensure!(
+        log.contains("installed shim"),
+        "a new shim was not installed:\n{log}"
+    );
+    ensure!(
+        !log.contains("nothing changed"),
+        "a new shim must count as a change:\n{log}"
+    );
+    node.check_shim("/usr/local/bin")
+}
