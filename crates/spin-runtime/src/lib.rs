@@ -1,1 +1,125 @@
-//! placeholder
+//! Spin application runtime on wasmtime.
+//!
+//! - [`app`]: the app model, from `spin.toml` v2 or a locked-app JSON.
+//! - [`routing`]: Spin's HTTP route matching.
+//! - [`runtime`]: engine, compile cache use, pre-instantiated components.
+//! - [`server`]: the HTTP trigger (Spin headers, built-in endpoints, graceful shutdown).
+//! - [`compile_cache`]: on-disk cache of compiled components (shared with the image loader).
+//! - [`host`]: host features (variables, key-value, outbound HTTP allow-list).
+//!
+//! Entry points: [`run_in_container`] (the shim's Spin executor) and the `spin-serve`
+//! binary (development, tests, benchmarks).
+
+pub mod app;
+pub mod compile_cache;
+pub mod host;
+pub mod routing;
+pub mod runtime;
+pub mod server;
+mod state;
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+pub use app::App;
+pub use runtime::{LoadedApp, RuntimeConfig};
+pub use state::{HostContext, InstanceState};
+
+/// Name of the manifest the runtime looks for in the app directory.
+pub const MANIFEST_FILE: &str = "spin.toml";
+
+/// Runs the Spin app in `app_dir` (which holds `spin.toml`) until SIGTERM or SIGINT,
+/// then drains in-flight requests (up to 10 s) and returns exit code 0.
+///
+/// Called by the shim inside the container's init process after pivot_root, with
+/// `app_dir` = `/` and `env` = the container's environment (`SPIN_HTTP_LISTEN_ADDR`,
+/// `SPIN_MAX_INSTANCE_MEMORY`, `SPIN_SHIM_COMPILE_CACHE_DIR`, variable values). Builds its
+/// own tokio runtime. Errors (bad manifest, missing variable, bind failure) are returned
+/// with context; the caller logs them and exits non-zero.
+pub fn run_in_container(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+    init_tracing(env);
+    let manifest = app_dir.join(MANIFEST_FILE);
+    let app = App::load_manifest(&manifest)?;
+    run_app(app, app_dir, env)
+}
+
+/// Like [`run_in_container`] for an app already loaded (e.g. from a locked-app JSON).
+pub fn run_app(app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+    init_tracing(env);
+    let config = RuntimeConfig::from_env(app_dir, env)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("spin-worker")
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async move {
+        let shutdown = shutdown_signal()?;
+        serve_app(
+            app,
+            &config,
+            |addr| {
+                tracing::info!("Serving http://{addr}");
+            },
+            shutdown,
+        )
+        .await
+    })?;
+    Ok(0)
+}
+
+/// Loads `app`, binds `config.listen`, calls `on_listening` with the bound address, and
+/// serves until `shutdown` completes (then drains). Must run inside a tokio runtime.
+pub async fn serve_app(
+    app: App,
+    config: &RuntimeConfig,
+    on_listening: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let cfg = config.clone();
+    let loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
+        .await
+        .context("app loading task failed")??;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (set {} to a free address)",
+                config.listen,
+                runtime::LISTEN_ENV
+            )
+        })?;
+    on_listening(listener.local_addr()?);
+    server::serve(Arc::new(loaded), listener, shutdown, config.drain_timeout).await
+}
+
+/// A future completing on the first SIGTERM or SIGINT. Installing the handlers matters
+/// in a container: PID 1 ignores SIGTERM without one.
+pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` from `env` (default `info`). Idempotent.
+pub fn init_tracing(env: &[(String, String)]) {
+    let filter = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "RUST_LOG")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,406 @@
+//! Loading an app onto wasmtime: one engine per process, each component compiled once
+//! (through the compile cache) and pre-instantiated; a fresh instance per request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use wasmtime::component::{Component as WasmComponent, Linker, ResourceTable};
+use wasmtime::{Engine, Store, StoreLimitsBuilder};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::WasiHttpCtx;
+
+use crate::app::{App, Component, FileMount};
+use crate::compile_cache::{CompileCache, Outcome};
+use crate::host::{self, HostState};
+use crate::routing::Router;
+use crate::{HostContext, InstanceState};
+
+/// Env var: listen address of the HTTP trigger.
+pub const LISTEN_ENV: &str = "SPIN_HTTP_LISTEN_ADDR";
+/// Default listen address (as Spin in a container).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:80";
+/// Env var: cap on one component instance's linear memory, in bytes.
+pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
+/// Env var: set to `0` to use on-demand instance allocation instead of the pooling
+/// allocator (for hosts that limit virtual address space).
+pub const POOLING_ENV: &str = "SPIN_SHIM_POOLING";
+
+/// How to run an app; built from the environment by [`RuntimeConfig::from_env`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Listen address of the HTTP trigger.
+    pub listen: SocketAddr,
+    /// Per-instance memory cap.
+    pub max_instance_memory: Option<usize>,
+    /// Compiled-component cache; `None` compiles every start.
+    pub compile_cache: Option<CompileCache>,
+    /// App directory and environment for host features.
+    pub host: HostContext,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub drain_timeout: Duration,
+    /// Where the files of glob-mounted components are staged (a temp dir by default).
+    pub staging_dir: Option<PathBuf>,
+}
+
+fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+impl RuntimeConfig {
+    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` and the compile cache
+    /// location from `env`. Bad values are errors naming the variable.
+    pub fn from_env(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<Self> {
+        let listen_text = lookup(env, LISTEN_ENV).unwrap_or(DEFAULT_LISTEN);
+        let listen = listen_text.parse().map_err(|e| {
+            anyhow!("{LISTEN_ENV}=`{listen_text}` is not an address like 0.0.0.0:80: {e}")
+        })?;
+        let max_instance_memory = match lookup(env, MAX_MEMORY_ENV) {
+            None | Some("") => None,
+            Some(v) => Some(v.trim().parse::<usize>().map_err(|e| {
+                anyhow!("{MAX_MEMORY_ENV}=`{v}` must be a number of bytes (e.g. 134217728): {e}")
+            })?),
+        };
+        Ok(RuntimeConfig {
+            listen,
+            max_instance_memory,
+            compile_cache: Some(CompileCache::from_env(env)),
+            host: HostContext {
+                app_dir: app_dir.to_path_buf(),
+                env: env.iter().cloned().collect(),
+            },
+            drain_timeout: Duration::from_secs(10),
+            staging_dir: None,
+        })
+    }
+}
+
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
+/// The process-wide engine (created on first use): async support, pooling allocator
+/// unless `SPIN_SHIM_POOLING=0`.
+pub fn engine() -> anyhow::Result<&'static Engine> {
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    let pooling = std::env::var(POOLING_ENV).map(|v| v != "0").unwrap_or(true);
+    let engine = new_engine(pooling).or_else(|e| {
+        if pooling {
+            tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
+            new_engine(false)
+        } else {
+            Err(e)
+        }
+    })?;
+    Ok(ENGINE.get_or_init(|| engine))
+}
+
+fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
+    let mut config = wasmtime::Config::new();
+    config.wasm_component_model(true);
+    if pooling {
+        let mut pool = wasmtime::PoolingAllocationConfig::default();
+        pool.total_component_instances(1000)
+            .total_core_instances(4000)
+            .total_memories(2000)
+            .total_tables(4000)
+            .max_memories_per_component(4)
+            .max_tables_per_component(8)
+            .max_core_instances_per_component(50);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    }
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("cannot create the wasmtime engine")
+}
+
+/// A component ready to serve: pre-instantiated, with its env, preopens and host state.
+pub(crate) struct PreparedComponent {
+    pub(crate) id: String,
+    pre: ProxyPre<InstanceState>,
+    env: Vec<(String, String)>,
+    /// (host dir, guest path), mounted read-only.
+    preopens: Vec<(PathBuf, String)>,
+    host: HostState,
+}
+
+/// What loading did, for logs and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadStats {
+    /// Distinct Wasm binaries compiled now.
+    pub compiled: usize,
+    /// Distinct Wasm binaries loaded from the compile cache.
+    pub cache_hits: usize,
+}
+
+/// An app loaded onto the engine, ready to serve.
+pub struct LoadedApp {
+    /// The app model.
+    pub app: Arc<App>,
+    pub(crate) router: Router,
+    pub(crate) components: HashMap<String, Arc<PreparedComponent>>,
+    max_instance_memory: Option<usize>,
+    /// What loading did.
+    pub stats: LoadStats,
+    _staging: Vec<StagingDir>,
+}
+
+/// A directory we created for staged files; removed on drop.
+struct StagingDir(PathBuf);
+
+impl Drop for StagingDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl LoadedApp {
+    /// Compiles (or loads from cache) and pre-instantiates every component, builds the
+    /// router and the host state. Fails naming the component on a bad source, a missing
+    /// import, or a component without a `wasi:http/incoming-handler@0.2.x` export.
+    pub fn load(app: App, config: &RuntimeConfig) -> anyhow::Result<LoadedApp> {
+        let engine = engine()?;
+        let router = Router::build(&app.http_triggers)?;
+        let mut linker: Linker<InstanceState> = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        host::add_to_linker(&mut linker)?;
+
+        let mut stats = LoadStats::default();
+        let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
+        let mut components = HashMap::new();
+        let mut staging = Vec::new();
+        for component in app.components.values() {
+            let bytes = component.source.read().with_context(|| {
+                format!("component `{}`: cannot read its Wasm source", component.id)
+            })?;
+            let digest = crate::compile_cache::component_digest(&bytes);
+            let wasm = match compiled.get(&digest) {
+                Some(c) => c.clone(),
+                None => {
+                    let (c, outcome) = match &config.compile_cache {
+                        Some(cache) => cache.load_or_compile(engine, &bytes, &component.id)?,
+                        None => (
+                            WasmComponent::new(engine, &bytes)
+                                .map_err(anyhow::Error::from)
+                                .with_context(|| {
+                                    format!(
+                                        "component `{}` is not a valid Wasm component",
+                                        component.id
+                                    )
+                                })?,
+                            Outcome::Miss,
+                        ),
+                    };
+                    match outcome {
+                        Outcome::Hit => stats.cache_hits += 1,
+                        Outcome::Miss => stats.compiled += 1,
+                    }
+                    compiled.insert(digest, c.clone());
+                    c
+                }
+            };
+            check_exports(engine, &wasm, &component.id)?;
+            let pre = linker.instantiate_pre(&wasm).map_err(|e| {
+                anyhow!(
+                    "component `{}` cannot be linked: {e:#}. It imports an interface this \
+                         runtime does not provide (unsupported Spin feature or SDK version)",
+                    component.id
+                )
+            })?;
+            let pre = ProxyPre::new(pre).map_err(|e| {
+                anyhow!(
+                    "component `{}`: not a wasi:http handler: {e:#}",
+                    component.id
+                )
+            })?;
+            let (preopens, dir) = prepare_files(component, config)?;
+            staging.extend(dir);
+            let host = HostState::new(component, &app, &config.host)
+                .with_context(|| format!("component `{}`", component.id))?;
+            components.insert(
+                component.id.clone(),
+                Arc::new(PreparedComponent {
+                    id: component.id.clone(),
+                    pre,
+                    env: component
+                        .environment
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    preopens,
+                    host,
+                }),
+            );
+        }
+        tracing::info!(
+            app = %app.name,
+            components = components.len(),
+            compiled = stats.compiled,
+            cache_hits = stats.cache_hits,
+            "app loaded"
+        );
+        Ok(LoadedApp {
+            app: Arc::new(app),
+            router,
+            components,
+            max_instance_memory: config.max_instance_memory,
+            stats,
+            _staging: staging,
+        })
+    }
+
+    /// A fresh store for one request to `component`.
+    pub(crate) fn new_store(
+        &self,
+        component: &PreparedComponent,
+    ) -> anyhow::Result<Store<InstanceState>> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.inherit_stdout().inherit_stderr().envs(&component.env);
+        for (host_dir, guest) in &component.preopens {
+            wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
+                .map_err(anyhow::Error::from)
+                .with_context(|| {
+                    format!(
+                        "component `{}`: cannot open {}",
+                        component.id,
+                        host_dir.display()
+                    )
+                })?;
+        }
+        let mut limits = StoreLimitsBuilder::new();
+        if let Some(max) = self.max_instance_memory {
+            limits = limits.memory_size(max);
+        }
+        let state = InstanceState {
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            limits: limits.build(),
+            host: component.host.clone(),
+        };
+        let mut store = Store::new(component.pre.engine(), state);
+        store.limiter(|s| &mut s.limits);
+        Ok(store)
+    }
+
+    /// The pre-instantiated proxy of a component.
+    pub(crate) fn proxy_pre(component: &PreparedComponent) -> &ProxyPre<InstanceState> {
+        &component.pre
+    }
+}
+
+/// Rejects components that do not export the wasi:http incoming handler, naming the
+/// legacy Spin interface when that is what they export.
+fn check_exports(engine: &Engine, wasm: &WasmComponent, id: &str) -> anyhow::Result<()> {
+    let names: Vec<String> = wasm
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    if names
+        .iter()
+        .any(|n| n.starts_with("wasi:http/incoming-handler@0.2"))
+    {
+        return Ok(());
+    }
+    if names
+        .iter()
+        .any(|n| n.starts_with("fermyon:spin/inbound-http"))
+    {
+        bail!(
+            "component `{id}` exports the legacy `fermyon:spin/inbound-http` interface, which \
+             this runtime does not support; rebuild it with a current Spin SDK (spin-sdk >= 2 \
+             for Rust) so it exports wasi:http/incoming-handler@0.2.x"
+        );
+    }
+    bail!(
+        "component `{id}` does not export wasi:http/incoming-handler@0.2.x (its exports: {}); \
+         HTTP triggers need an HTTP component",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    )
+}
+
+/// Turns a component's file mounts into read-only preopens: directories directly, single
+/// files copied into a staging directory mounted at `/`.
+fn prepare_files(
+    component: &Component,
+    config: &RuntimeConfig,
+) -> anyhow::Result<(Vec<(PathBuf, String)>, Option<StagingDir>)> {
+    let mut preopens = Vec::new();
+    let mut staging: Option<StagingDir> = None;
+    for mount in &component.files {
+        match mount {
+            FileMount::Directory {
+                source,
+                destination,
+            } => {
+                let guest = if destination.is_empty() {
+                    "/"
+                } else {
+                    destination
+                };
+                preopens.push((source.clone(), guest.to_string()));
+            }
+            FileMount::File {
+                content,
+                destination,
+            } => {
+                let root = match &staging {
+                    Some(s) => s.0.clone(),
+                    None => {
+                        let base = config
+                            .staging_dir
+                            .clone()
+                            .unwrap_or_else(std::env::temp_dir);
+                        static SEQ: std::sync::atomic::AtomicU64 =
+                            std::sync::atomic::AtomicU64::new(0);
+                        let dir = base.join(format!(
+                            "spin-files-{}-{}-{}",
+                            std::process::id(),
+                            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                            component.id
+                        ));
+                        std::fs::create_dir_all(&dir).with_context(|| {
+                            format!(
+                                "component `{}`: cannot create a staging directory for its files at {} \
+                                 (set TMPDIR to a writable directory)",
+                                component.id,
+                                dir.display()
+                            )
+                        })?;
+                        staging = Some(StagingDir(dir.clone()));
+                        preopens.push((dir.clone(), "/".to_string()));
+                        dir
+                    }
+                };
+                let rel = destination.trim_start_matches('/');
+                if rel.is_empty() || rel.split('/').any(|s| s == "..") {
+                    bail!("component `{}`: file destination `{destination}` is not a file path inside the guest", component.id);
+                }
+                let target = root.join(rel);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let bytes = content.read().with_context(|| {
+                    format!("component `{}`: file `{destination}`", component.id)
+                })?;
+                std::fs::write(&target, &bytes).with_context(|| {
+                    format!("component `{}`: stage {}", component.id, target.display())
+                })?;
+            }
+        }
+    }
+    Ok((preopens, staging))
+}

@@ -1,0 +1,232 @@
+//! The HTTP trigger: accepts connections, routes requests to components, adds the Spin
+//! request headers, serves the built-in `/.well-known/spin/` endpoints, and shuts down
+//! gracefully (stop accepting, drain in-flight requests within a bound).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::WasiHttpView;
+
+use crate::routing::{RouteMatch, WELL_KNOWN_PREFIX};
+use crate::runtime::LoadedApp;
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBody> {
+    let mut r = Response::new(
+        Full::new(body.into())
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *r.status_mut() = status;
+    r
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Handles one request: built-ins, routing, the component call.
+async fn handle(
+    app: Arc<LoadedApp>,
+    mut req: Request<Incoming>,
+    client: SocketAddr,
+    local: SocketAddr,
+) -> Response<HyperOutgoingBody> {
+    let path = req.uri().path().to_string();
+    if let Some(rest) = path.strip_prefix(WELL_KNOWN_PREFIX) {
+        return match rest {
+            "/health" => text(StatusCode::OK, "OK"),
+            "/info" => {
+                let info = serde_json::json!({
+                    "name": app.app.name,
+                    "version": app.app.version,
+                    "oci_image_digest": app.app.oci_image_digest,
+                });
+                let mut r = text(StatusCode::OK, info.to_string());
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                r
+            }
+            _ => text(StatusCode::NOT_FOUND, "Not Found"),
+        };
+    }
+    let Some(route) = app.router.route(&path) else {
+        return text(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let Some(component) = app.components.get(&route.component).cloned() else {
+        tracing::error!(component = %route.component, "routed to a component that is not loaded");
+        return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
+    };
+    if !req.headers().contains_key(http::header::HOST) {
+        req.headers_mut()
+            .insert(http::header::HOST, header_value(&local.to_string()));
+    }
+    add_spin_headers(&mut req, &route, client);
+    match call_component(&app, &component, req).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(component = %component.id, "request failed: {e:#}");
+            text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+        }
+    }
+}
+
+/// Adds the headers Spin gives every component request.
+fn add_spin_headers(req: &mut Request<Incoming>, route: &RouteMatch, client: SocketAddr) {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost")
+        .to_string();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".to_string());
+    let full_url = format!("http://{host}{path_and_query}");
+    let h = req.headers_mut();
+    let mut set = |name: &str, value: &str| {
+        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+            h.insert(name, header_value(value));
+        }
+    };
+    set("spin-full-url", &full_url);
+    set("spin-path-info", &route.path_info);
+    set("spin-matched-route", &route.route);
+    set("spin-base-path", "/");
+    set("spin-raw-component-route", &route.route);
+    set("spin-component-route", &route.component_route);
+    set("spin-client-addr", &client.to_string());
+    for (name, value) in &route.captures {
+        set(
+            &format!("spin-path-match-{}", name.to_ascii_lowercase()),
+            value,
+        );
+    }
+}
+
+/// Instantiates the component in a fresh store and calls its incoming handler; the
+/// response streams from the guest task.
+async fn call_component(
+    app: &LoadedApp,
+    component: &crate::runtime::PreparedComponent,
+    req: Request<Incoming>,
+) -> anyhow::Result<Response<HyperOutgoingBody>> {
+    let mut store = app.new_store(component)?;
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    let incoming = store
+        .data_mut()
+        .http()
+        .new_incoming_request(Scheme::Http, req)?;
+    let out = store.data_mut().http().new_response_outparam(sender)?;
+    let pre = LoadedApp::proxy_pre(component).clone();
+    let task = tokio::task::spawn(async move {
+        let proxy = pre.instantiate_async(&mut store).await?;
+        proxy
+            .wasi_http_incoming_handler()
+            .call_handle(&mut store, incoming, out)
+            .await
+    });
+    match receiver.await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(code)) => Err(anyhow!("component returned error {code:?}")),
+        Err(_) => {
+            let e = match task.await {
+                Ok(Ok(())) => anyhow!("component did not set a response"),
+                Ok(Err(e)) => anyhow::Error::from(e),
+                Err(e) => anyhow!(e),
+            };
+            Err(e.context("component trapped before sending a response"))
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and
+/// waits up to `drain` for in-flight requests. Returns when all connections are done or
+/// the bound passed (those left are dropped).
+pub async fn serve(
+    app: Arc<LoadedApp>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> anyhow::Result<()> {
+    let local = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, client) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let mut stop = stop_rx.clone();
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let app = app.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(handle(app, req, client, local).await)
+                        }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(true)
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                tracing::debug!(%client, "connection error: {e}");
+                            }
+                        }
+                        _ = stop.changed() => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
+                        }
+                    }
+                });
+                // Reap finished connection tasks so the set does not grow.
+                while connections.try_join_next().is_some() {}
+            }
+        }
+    }
+    drop(listener);
+    let in_flight = connections.len();
+    tracing::info!(
+        connections = in_flight,
+        "shutting down: draining in-flight requests"
+    );
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = connections.len(),
+            "drain timeout of {drain:?} passed; dropping remaining connections"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
