@@ -7,7 +7,8 @@
 #   node_boot            boot the node, start its containerd (sets NODE_* variables)
 #   node_sh CMD...       run a client command (systemctl, ctr, cat...) in the node's namespaces
 #   node_run CMD...      run CMD inside the node as a transient systemd service (its own cgroup
-#                        in the node's tree), stdin/stdout/stderr piped, exit status passed on
+#                        in the node's tree), stdin/stdout/stderr piped, exit status passed on,
+#                        stopped after NODE_RUN_MAX_SECS (default 600)
 #   node_teardown        stop the node and remove everything it made (safe to call twice)
 #
 # Inputs (environment): NODE_SHIM_DIR (directory holding containerd-shim-spin-v2, put first on
@@ -134,7 +135,7 @@ node_sh() {
 
 node_run() {
     node_sh systemd-run --quiet --wait --pipe --collect --service-type=exec \
-        -p "Environment=PATH=$NODE_PATH_INSIDE" -- "$@"
+        -p "RuntimeMaxSec=${NODE_RUN_MAX_SECS:-600}" -p "Environment=PATH=$NODE_PATH_INSIDE" -- "$@"
 }
 
 node_ctr() { node_sh ctr -a "$NODE_CONTAINERD_SOCK" "$@"; }

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# make test-systemd: pod placement and accounting on a real systemd node.
+#
+# Boots a throw-away node (systemd 252 as PID 1 on a pure cgroup v2 hierarchy) with
+# systemd-nspawn from a volatile overlay of this machine's root file system
+# (scripts/systemd-node/node.sh), starts a private containerd in it (Debian's 1.6, CRI with
+# the `spin` runtime), imports a pause image and the spin-cpu app image, and runs
+# `systemd-node-scenario` (crate tests/systemd, built on the CRI driver of tests/cri) inside:
+#   - systemd driver: kubelet's pod slice as a transient slice unit; the container runs in the
+#     delegated transient scope cri-containerd-<id>.scope below it; under load the pod slice's
+#     cpu.stat usage_usec >= 90% of the scope's; `ctr task metrics` gives the v2 message with
+#     PSI; after removal no scope unit and no cgroup remain;
+#   - cgroupfs driver on the same node: placement follows /kubepods/burstable/pod<uid>/<id>.
+# Everything the run creates (node, overlay, mounts, cgroups, nspawn state) is removed on exit,
+# also after a failure, and the host is checked for leftovers.
+#
+# Needs: root, `make build apps` done (the Makefile target does it). Env:
+#   SYSTEMD_NODE_HANDLER   RuntimeClass handler under test (default spin)
+#   SYSTEMD_NODE_LOAD_SECS seconds of HTTP load (default 4)
+#   SYSTEMD_NODE_KEEP_LOGS directory to copy the node's journal to (default target/systemd-node)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+t_start=$(date +%s.%N)
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { echo "test-systemd: $*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it boots a systemd-nspawn node): sudo make test-systemd"
+[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+# --- tools -------------------------------------------------------------------------------
+need=()
+command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+if [ "${#need[@]}" -gt 0 ]; then
+    log "installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+target="${CARGO_TARGET_DIR:-$repo/target}"
+shim_dir="${SHIM_BIN_DIR:-$target/release}"
+apps_dir="${GUEST_APPS_DIR:-$repo/tests/apps/target/wasm32-wasip2/release}"
+handler="${SYSTEMD_NODE_HANDLER:-spin}"
+load_secs="${SYSTEMD_NODE_LOAD_SECS:-4}"
+logs_dir="${SYSTEMD_NODE_KEEP_LOGS:-$target/systemd-node}"
+
+[ -x "$shim_dir/containerd-shim-spin-v2" ] || die "no $shim_dir/containerd-shim-spin-v2: run make build first (or set SHIM_BIN_DIR)"
+[ -f "$apps_dir/spin_cpu.wasm" ] || die "no $apps_dir/spin_cpu.wasm: run make apps first (or set GUEST_APPS_DIR)"
+
+# The node-side binaries (no-ops when make build already built them).
+log "building systemd-node-scenario and oci-image-builder (release)"
+cargo build --release --quiet -p systemd-node-tests -p oci-image-builder
+scenario="$target/release/systemd-node-scenario"
+builder="$target/release/oci-image-builder"
+# containerd 1.6's ctr drops the PSI fields of the v2 metrics message; 1.7's ctr shows them.
+ctr17_dir="$(bash scripts/install-containerd-1.7.sh)"
+ctr17="$ctr17_dir/ctr"
+[ -x "$ctr17" ] || die "no ctr in $ctr17_dir (scripts/install-containerd-1.7.sh)"
+
+# --- cleanup (also on failure) ---------------------------------------------------------------
+work="$(mktemp -d /tmp/test-systemd.XXXXXX)"
+# shellcheck source=systemd-node/node.sh
+source "$repo/scripts/systemd-node/node.sh"
+host_cgroups_before="$(ls -d /sys/fs/cgroup/unified/*/ /sys/fs/cgroup/systemd/*/ /sys/fs/cgroup/*/ 2>/dev/null | sort)"
+cleanup() {
+    local rc=$? status
+    trap - EXIT INT TERM
+    if [ -n "$NODE_LEADER" ]; then
+        mkdir -p "$logs_dir"
+        node_sh journalctl --no-pager -o short-monotonic >"$logs_dir/node-journal.log" 2>&1 || true
+        [ -n "$NODE_DIR" ] && cp "$NODE_DIR/console.log" "$logs_dir/node-console.log" 2>/dev/null
+        if [ "$rc" != 0 ]; then
+            log "node journal (node-containerd, last 60 lines; full journal in $logs_dir/node-journal.log):"
+            node_sh journalctl --no-pager -n 60 -u node-containerd >&2 || true
+        fi
+    fi
+    local t_down
+    t_down=$(date +%s.%N)
+    node_teardown || { log "teardown left something behind"; rc=1; }
+    rm -rf "$work"
+    # Nothing of the node may remain on the host.
+    local left
+    left="$(comm -13 <(echo "$host_cgroups_before") \
+        <(ls -d /sys/fs/cgroup/unified/*/ /sys/fs/cgroup/systemd/*/ /sys/fs/cgroup/*/ 2>/dev/null | sort) | grep -E 'systemd-node|payload|supervisor' || true)"
+    [ -z "$left" ] || { log "cgroups left on the host: $left"; rc=1; }
+    if grep -q ' /tmp/systemd-node\.' /proc/self/mountinfo; then log "mounts left on the host"; rc=1; fi
+    status=$([ "$rc" = 0 ] && echo PASS || echo FAIL)
+    log "teardown $(elapsed "$t_down")s; total $(elapsed "$t_start")s: $status"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- images ------------------------------------------------------------------------------
+t=$(date +%s.%N)
+# Pause: CRI kills the sandbox with SIGKILL, so any long sleeper serves (busybox-static).
+[ -x /bin/busybox ] || die "/bin/busybox missing: apt-get install busybox-static (scripts/setup.sh installs it)"
+"$builder" native --name localhost/pause:test -o "$work/pause.tar" \
+    --file /bin/busybox:/bin/busybox --entrypoint /bin/busybox --cmd sleep --cmd infinity >/dev/null
+"$builder" spin-container --name localhost/spin-cpu:test --app "$repo/tests/apps/spin-cpu" -o "$work/spin-cpu.tar" >/dev/null
+log "images built in $(elapsed "$t")s"
+
+# --- node --------------------------------------------------------------------------------
+t=$(date +%s.%N)
+export NODE_SHIM_DIR="$shim_dir"
+# Trees outside the root file system are not in the overlay: bind them in read-only.
+binds=""
+for p in "$repo" "$target" "$shim_dir" "$apps_dir" "$ctr17_dir"; do
+    [ "$(stat -c %d "$p")" = "$(stat -c %d /)" ] || binds="$binds $p"
+done
+export NODE_BIND_RO="$binds"
+node_boot || die "the systemd node did not come up"
+log "node booted and containerd up in $(elapsed "$t")s"
+cp "$work/pause.tar" "$work/spin-cpu.tar" "$NODE_DIR/root/var/tmp/"
+node_ctr -n k8s.io image import /var/tmp/pause.tar >/dev/null || die "importing the pause image into the node"
+node_ctr -n k8s.io image import /var/tmp/spin-cpu.tar >/dev/null || die "importing the spin-cpu image into the node"
+
+# --- scenario ----------------------------------------------------------------------------
+t=$(date +%s.%N)
+log "running the pod scenarios in the node (handler $handler)"
+node_run "$scenario" --socket "$NODE_CONTAINERD_SOCK" --ctr "$ctr17" --handler "$handler" \
+    --image localhost/spin-cpu:test --command / --load-secs "$load_secs" \
+    || die "scenario failed (handler $handler)"
+log "scenarios passed in $(elapsed "$t")s"
