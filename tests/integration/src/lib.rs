@@ -1,1 +1,612 @@
-//! Test harness.
+//! Integration-test harness: a private containerd (1.6 or 1.7) with its own root, state and
+//! socket in a temp dir, the freshly built shim first on its PATH, optionally inside a
+//! private mount namespace where the unified cgroup hierarchy is bind-mounted over
+//! `/sys/fs/cgroup` (a simulated pure cgroup v2 host).
+//!
+//! ```no_run
+//! use integration::{CgroupMode, Containerd, ContainerdVersion};
+//! let c = Containerd::start(ContainerdVersion::V1_6, CgroupMode::Host).unwrap();
+//! let out = c.ctr().args(["version"]).output().unwrap();
+//! assert!(out.status.success());
+//! // dropped: tasks killed and deleted, containerd stopped by pid, leftovers removed
+//! ```
+//!
+//! Environment: `SHIM_BIN_DIR` (default `<workspace>/target/release`), `GUEST_APPS_DIR`
+//! (default `<workspace>/tests/apps/target/wasm32-wasip2/release`),
+//! `INTEGRATION_RUNTIME` (runtime the shim tests use, default `io.containerd.spin.v2`;
+//! `io.containerd.runc.v2` to exercise the harness without our shim).
+
+pub mod cgroups;
+pub mod images;
+
+use anyhow::{bail, ensure, Context, Result};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub use cgroups::{CgroupGuard, CgroupLine};
+pub use images::TestImages;
+
+/// The runtime type of our shim.
+pub const SPIN_RUNTIME: &str = "io.containerd.spin.v2";
+/// containerd namespace used by [`Containerd::ctr`].
+pub const NAMESPACE: &str = "shimtest";
+
+/// Which containerd to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerdVersion {
+    /// containerd 1.6 from Debian 12 (`/usr/bin/containerd`).
+    V1_6,
+    /// containerd 1.7.24 from Debian trixie, unpacked by `scripts/install-containerd-1.7.sh`.
+    V1_7,
+}
+
+/// Which cgroup layout containerd and its shims see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// The host as it is (hybrid v1 + unified on these machines).
+    Host,
+    /// A private mount namespace with `/sys/fs/cgroup/unified` bind-mounted over
+    /// `/sys/fs/cgroup`: a pure cgroup v2 host as far as containerd and the shim can tell.
+    UnifiedNamespace,
+}
+
+/// Extra configuration for [`Containerd::start_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ContainerdConfig {
+    /// Lines placed inside the `[plugins."io.containerd.grpc.v1.cri"]` table (which the
+    /// harness always writes with `restrict_oom_score_adj = true`, needed on these hosts).
+    pub cri_plugin: String,
+    /// TOML appended at the end of the config (e.g. runtime tables such as
+    /// `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.spin]`).
+    pub extra: String,
+}
+
+/// Root of the cargo workspace.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// Directory of the built shim (`SHIM_BIN_DIR` or `<workspace>/target/release`).
+pub fn shim_bin_dir() -> PathBuf {
+    std::env::var_os("SHIM_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/release"))
+}
+
+/// Directory of the built guest apps (`GUEST_APPS_DIR` or the apps workspace target).
+pub fn guest_apps_dir() -> PathBuf {
+    std::env::var_os("GUEST_APPS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("tests/apps/target/wasm32-wasip2/release"))
+}
+
+/// Runtime the shim tests use (`INTEGRATION_RUNTIME`, default [`SPIN_RUNTIME`]).
+pub fn test_runtime() -> String {
+    std::env::var("INTEGRATION_RUNTIME").unwrap_or_else(|_| SPIN_RUNTIME.to_string())
+}
+
+/// True when running as root; otherwise prints a loud skip message.
+pub fn require_root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("\n!!!!! SKIPPED {test}: integration tests need root (run as root: sudo -E cargo test --release -p integration) !!!!!\n");
+    false
+}
+
+/// Checks that the shim binary exists, with the command that builds it.
+pub fn require_shim() -> Result<PathBuf> {
+    let p = shim_bin_dir().join("containerd-shim-spin-v2");
+    ensure!(
+        p.is_file(),
+        "shim binary {} is missing: run `make build` (or cargo build --release -p containerd-shim-spin-v2)",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// Runs `cmd` with piped stdout/stderr, killing it after `timeout`.
+pub fn output_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
+    let desc = format!("{cmd:?}");
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {desc}"))?;
+    wait_child(child, timeout).with_context(|| desc)
+}
+
+/// Waits for a child started with piped stdout/stderr, killing it after `timeout`.
+pub fn wait_child(mut child: Child, timeout: Duration) -> Result<Output> {
+    let mut so = child.stdout.take();
+    let mut se = child.stderr.take();
+    let t1 = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = so.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let t2 = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(s) = se.as_mut() {
+            let _ = s.read_to_end(&mut b);
+        }
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status: ExitStatus = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = t2.join().unwrap_or_default();
+            bail!(
+                "timed out after {timeout:?}; stderr: {}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(Output {
+        status,
+        stdout: t1.join().unwrap_or_default(),
+        stderr: t2.join().unwrap_or_default(),
+    })
+}
+
+/// Polls `f` every 50 ms until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn containerd17_bin_dir() -> Result<PathBuf> {
+    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = workspace_root().join("scripts/install-containerd-1.7.sh");
+        let out = output_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(600))
+            .map_err(|e| format!("{e:#}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let dir = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        Ok(PathBuf::from(dir))
+    })
+    .clone()
+    .map_err(|e| anyhow::anyhow!("containerd 1.7 unavailable: {e}"))
+}
+
+/// A private containerd instance; stopped and cleaned up on drop.
+pub struct Containerd {
+    version: ContainerdVersion,
+    mode: CgroupMode,
+    dir: tempfile::TempDir,
+    bin_dir: PathBuf,
+    child: Option<Child>,
+    pid: i32,
+}
+
+impl Containerd {
+    /// Starts a containerd of `version` in `mode` with the default config.
+    pub fn start(version: ContainerdVersion, mode: CgroupMode) -> Result<Self> {
+        Self::start_with(version, mode, &ContainerdConfig::default())
+    }
+
+    /// Starts a containerd with extra configuration (see [`ContainerdConfig`]).
+    pub fn start_with(
+        version: ContainerdVersion,
+        mode: CgroupMode,
+        config: &ContainerdConfig,
+    ) -> Result<Self> {
+        let bin_dir = match version {
+            ContainerdVersion::V1_6 => PathBuf::from("/usr/bin"),
+            ContainerdVersion::V1_7 => containerd17_bin_dir()?,
+        };
+        let containerd = bin_dir.join("containerd");
+        ensure!(
+            containerd.is_file(),
+            "{} is missing: run scripts/setup.sh (containerd 1.6) or scripts/install-containerd-1.7.sh",
+            containerd.display()
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("shim-it-")
+            .tempdir_in("/tmp")?;
+        let d = dir.path();
+        let toml = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[debug]
+  level = "info"
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+{cri}
+{extra}
+"#,
+            root = d.join("root").display(),
+            state = d.join("state").display(),
+            sock = d.join("containerd.sock").display(),
+            cri = config.cri_plugin,
+            extra = config.extra,
+        );
+        let cfg = d.join("config.toml");
+        std::fs::write(&cfg, toml)?;
+        // The shim first, then the containerd package's own binaries (runc shim), then PATH.
+        let path = format!(
+            "{}:{}:{}",
+            shim_bin_dir().display(),
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
+        );
+        let log = std::fs::File::create(d.join("containerd.log"))?;
+        let mut cmd = match mode {
+            CgroupMode::Host => {
+                let mut c = Command::new(&containerd);
+                c.arg("--config").arg(&cfg);
+                c
+            }
+            CgroupMode::UnifiedNamespace => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .arg("mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && exec \"$0\" --config \"$1\"")
+                    .arg(&containerd)
+                    .arg(&cfg);
+                c
+            }
+        };
+        let child = cmd
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {}", containerd.display()))?;
+        let pid = child.id() as i32;
+        let mut me = Self {
+            version,
+            mode,
+            dir,
+            bin_dir,
+            child: Some(child),
+            pid,
+        };
+        let ready = wait_for(Duration::from_secs(30), || {
+            if let Some(Ok(Some(_))) = me.child.as_mut().map(|c| c.try_wait()) {
+                return Some(false);
+            }
+            let ok = output_with_timeout(me.ctr().arg("version"), Duration::from_secs(5))
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            ok.then_some(true)
+        });
+        if ready != Some(true) {
+            bail!(
+                "containerd {version:?} ({mode:?}) did not come up; log tail:\n{}",
+                me.log_tail(40)
+            );
+        }
+        Ok(me)
+    }
+
+    /// containerd's version.
+    pub fn version(&self) -> ContainerdVersion {
+        self.version
+    }
+    /// The cgroup mode.
+    pub fn mode(&self) -> CgroupMode {
+        self.mode
+    }
+    /// containerd's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+    /// The instance's temp dir (config, root, state, socket, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+    /// The gRPC socket path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir().join("containerd.sock")
+    }
+    /// The root directory.
+    pub fn root(&self) -> PathBuf {
+        self.dir().join("root")
+    }
+    /// The state directory.
+    pub fn state(&self) -> PathBuf {
+        self.dir().join("state")
+    }
+    /// Directory holding this version's `containerd` and `ctr`.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// The last `n` lines of containerd's log (shim logs included).
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(self.dir().join("containerd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// A `ctr` command for this instance in namespace [`NAMESPACE`].
+    pub fn ctr(&self) -> Command {
+        self.ctr_ns(NAMESPACE)
+    }
+
+    /// A `ctr` command for this instance in namespace `ns`.
+    pub fn ctr_ns(&self, ns: &str) -> Command {
+        let mut c = Command::new(self.bin_dir.join("ctr"));
+        c.arg("--address")
+            .arg(self.socket())
+            .arg("--namespace")
+            .arg(ns);
+        c
+    }
+
+    /// Runs `ctr <args>` with a timeout and returns its output (whatever its status).
+    pub fn ctr_output(&self, args: &[&str], timeout: Duration) -> Result<Output> {
+        output_with_timeout(self.ctr().args(args), timeout)
+    }
+
+    /// Runs `ctr <args>` and fails (with stderr and the log tail) unless it succeeds.
+    pub fn ctr_ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.ctr_output(args, Duration::from_secs(60))?;
+        if !out.status.success() {
+            bail!(
+                "ctr {} failed ({}): {}\ncontainerd log tail:\n{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                self.log_tail(15)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Imports an image archive. `wasm_platform`: the image's platform is not linux/amd64
+    /// (adds `--all-platforms`; on containerd 1.6 also `--no-unpack`, as it cannot unpack
+    /// non-tar layers).
+    pub fn import(&self, archive: &Path, wasm_platform: bool) -> Result<String> {
+        let a = archive.to_string_lossy();
+        let mut args = vec!["image", "import"];
+        if wasm_platform {
+            args.push("--all-platforms");
+            if self.version == ContainerdVersion::V1_6 {
+                args.push("--no-unpack");
+            }
+        }
+        args.push(&a);
+        self.ctr_ok(&args)
+    }
+
+    /// The host pid of a task (from `ctr task ls`), if it is listed.
+    pub fn task_pid(&self, id: &str) -> Option<i32> {
+        self.task_list()
+            .ok()?
+            .into_iter()
+            .find(|t| t.0 == id)
+            .map(|t| t.1)
+    }
+
+    /// `ctr task ls` as (id, pid, status).
+    pub fn task_list(&self) -> Result<Vec<(String, i32, String)>> {
+        let out = self.ctr_ok(&["task", "ls"])?;
+        Ok(out
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.to_string(),
+                    f.get(1)?.parse().ok()?,
+                    f.get(2)?.to_string(),
+                ))
+            })
+            .collect())
+    }
+
+    /// Waits until task `id` has `status` (e.g. `RUNNING`), returning its pid.
+    pub fn wait_task_status(&self, id: &str, status: &str, timeout: Duration) -> Result<i32> {
+        wait_for(timeout, || {
+            self.task_list()
+                .ok()?
+                .into_iter()
+                .find(|t| t.0 == id && t.2 == status)
+                .map(|t| t.1)
+        })
+        .with_context(|| {
+            format!(
+                "task {id} did not reach {status} within {timeout:?}; tasks: {:?}\nlog tail:\n{}",
+                self.task_list().unwrap_or_default(),
+                self.log_tail(15)
+            )
+        })
+    }
+
+    /// Kills (SIGKILL), deletes the task and the container `id`; errors are ignored.
+    pub fn force_remove(&self, id: &str) {
+        let t = Duration::from_secs(20);
+        let _ = self.ctr_output(&["task", "kill", "-s", "SIGKILL", id], t);
+        let _ = wait_for(Duration::from_secs(10), || {
+            (!self
+                .task_list()
+                .ok()?
+                .iter()
+                .any(|x| x.0 == id && x.2 == "RUNNING"))
+            .then_some(())
+        });
+        let _ = self.ctr_output(&["task", "delete", "-f", id], t);
+        let _ = self.ctr_output(&["container", "delete", id], t);
+    }
+
+    /// Pids of shim processes serving this instance (their `-address` is our socket).
+    pub fn shim_pids(&self) -> Vec<i32> {
+        let sock = self.socket();
+        let sock = sock.to_string_lossy();
+        let mut pids = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if pid == self.pid {
+                continue;
+            }
+            let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<String> = cmdline
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let is_shim = args.first().is_some_and(|a| a.contains("containerd-shim"));
+            if is_shim && args.windows(2).any(|w| w[0] == "-address" && w[1] == sock) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Mount points (as containerd sees them) below this instance's temp dir.
+    pub fn mounts(&self) -> Vec<String> {
+        let info =
+            std::fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).unwrap_or_default();
+        let prefix = self.dir().to_string_lossy().into_owned();
+        info.lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&prefix))
+            .collect()
+    }
+
+    /// Number of open file descriptors of containerd.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    fn cleanup(&mut self) {
+        // Remove what tests left: tasks and containers in every namespace.
+        if self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        {
+            let nss = self
+                .ctr_output(&["namespace", "ls", "-q"], Duration::from_secs(10))
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            for ns in nss.lines().map(str::trim).filter(|n| !n.is_empty()) {
+                let t = Duration::from_secs(20);
+                let ids = output_with_timeout(self.ctr_ns(ns).args(["container", "ls", "-q"]), t)
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                for id in ids.lines().map(str::trim).filter(|i| !i.is_empty()) {
+                    let _ = output_with_timeout(
+                        self.ctr_ns(ns).args(["task", "kill", "-s", "SIGKILL", id]),
+                        t,
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                    let _ =
+                        output_with_timeout(self.ctr_ns(ns).args(["task", "delete", "-f", id]), t);
+                    let _ =
+                        output_with_timeout(self.ctr_ns(ns).args(["container", "delete", id]), t);
+                }
+            }
+        }
+        let shims = self.shim_pids();
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(self.pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let exited = wait_for(Duration::from_secs(10), || child.try_wait().ok().flatten());
+            if exited.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        for p in shims {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // Host-namespace leftovers (Host mode): unmount below our dir, deepest first.
+        let prefix = self.dir().to_string_lossy().into_owned();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mps: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        mps.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mps {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// A unique suffix for names (pid, time and a counter), lowercase hex.
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}{:x}{:x}{:x}",
+        std::process::id(),
+        t & 0xfffff,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A kubelet-style pod uid (dashed, lowercase hex), unique per call.
+pub fn pod_uid() -> String {
+    let u = format!("{:0>32}", unique(""));
+    let u = &u[u.len() - 32..];
+    format!(
+        "{}-{}-{}-{}-{}",
+        &u[0..8],
+        &u[8..12],
+        &u[12..16],
+        &u[16..20],
+        &u[20..32]
+    )
+}
