@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use tracing_subscriber::EnvFilter;
 
 /// Default filter when `RUST_LOG` is unset.
-pub const DEFAULT_FILTER: &str = "info,libcontainer=warn,libcgroups=error";
+pub const DEFAULT_FILTER: &str = "info,libcontainer=error,libcgroups=error";
 
 /// Installs the global subscriber. `server`: write to `./log` if it exists.
 pub fn init(server: bool) {
