@@ -158,11 +158,9 @@ impl Host {
         let mut unified = None;
         for m in mounts {
             match m.fs_type.as_str() {
-                "cgroup2" => {
-                    // Prefer the one at the conventional root if there are several.
-                    if unified.is_none() || m.mount_point == Path::new(CGROUP_ROOT) {
-                        unified = Some(m.mount_point);
-                    }
+                // Prefer the one at the conventional root if there are several.
+                "cgroup2" if unified.is_none() || m.mount_point == Path::new(CGROUP_ROOT) => {
+                    unified = Some(m.mount_point);
                 }
                 "cgroup" => {
                     let controllers: Vec<String> = m
