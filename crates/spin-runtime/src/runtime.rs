@@ -121,13 +121,16 @@ fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
         .context("cannot create the wasmtime engine")
 }
 
+/// (host dir, guest path) pairs mounted read-only.
+type Preopens = Vec<(PathBuf, String)>;
+
 /// A component ready to serve: pre-instantiated, with its env, preopens and host state.
 pub(crate) struct PreparedComponent {
     pub(crate) id: String,
     pre: ProxyPre<InstanceState>,
     env: Vec<(String, String)>,
     /// (host dir, guest path), mounted read-only.
-    preopens: Vec<(PathBuf, String)>,
+    preopens: Preopens,
     host: HostState,
 }
 
@@ -337,7 +340,7 @@ fn check_exports(engine: &Engine, wasm: &WasmComponent, id: &str) -> anyhow::Res
 fn prepare_files(
     component: &Component,
     config: &RuntimeConfig,
-) -> anyhow::Result<(Vec<(PathBuf, String)>, Option<StagingDir>)> {
+) -> anyhow::Result<(Preopens, Option<StagingDir>)> {
     let mut preopens = Vec::new();
     let mut staging: Option<StagingDir> = None;
     for mount in &component.files {

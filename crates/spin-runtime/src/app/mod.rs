@@ -184,7 +184,7 @@ impl App {
     /// components, component variable templates name existing app variables, names are
     /// well-formed.
     pub(crate) fn validate(&self, origin: &str) -> anyhow::Result<()> {
-        for (name, _) in &self.variables {
+        for name in self.variables.keys() {
             validate_variable_name(name)
                 .map_err(|e| anyhow::anyhow!("{origin}: key `variables.{name}`: {e}"))?;
         }

@@ -267,10 +267,7 @@ fn parse_response(raw: &[u8]) -> HttpResponse {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&data[..eol]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
         data = &data[eol + 2..];
