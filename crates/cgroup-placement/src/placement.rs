@@ -305,10 +305,13 @@ impl Placement {
     /// the scope unit is stopped through youki's systemd manager (D-Bus) and any directory
     /// left behind is removed.
     pub fn remove(&self) -> anyhow::Result<()> {
-        if self.driver == Driver::Systemd {
-            self.stop_scope()?;
-        }
         let mut errors = Vec::new();
+        if self.driver == Driver::Systemd {
+            // Still remove what directories we can if systemd cannot be reached.
+            if let Err(e) = self.stop_scope() {
+                errors.push(format!("{e:#}"));
+            }
+        }
         for dir in self.cgroup_dirs() {
             if let Err(e) = remove_cgroup_tree(&dir) {
                 errors.push(format!("{e:#}"));
@@ -439,7 +442,16 @@ pub(crate) fn remove_cgroup_tree(dir: &Path) -> anyhow::Result<()> {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            Err(e) => return Err(e).with_context(|| format!("removing cgroup {}", dir.display())),
+            Err(e) => {
+                let mut left = Vec::new();
+                collect_pids(dir, &mut left)?;
+                return Err(e).with_context(|| {
+                    format!(
+                        "removing cgroup {} (processes still inside: {left:?})",
+                        dir.display()
+                    )
+                });
+            }
         }
     }
     unreachable!("the last attempt returns")
