@@ -1,0 +1,159 @@
+//! Vendors the Spin WIT packages for `wasmtime::component::bindgen!`.
+//!
+//! The WIT files are not retyped: they are copied from the published `spin-sdk` crate
+//! (pinned in this crate's `Cargo.toml` as a never-built dependency, so that `Cargo.lock`
+//! pins its exact version and cargo knows where its source is). The copies land in
+//! `crates/spin-runtime/wit/deps/` (git-ignored by `wit/.gitignore`), beside our own world
+//! `wit/host.wit`, because `bindgen!` resolves its `path` relative to the manifest directory.
+//!
+//! Where the SDK source is found, in order:
+//! 1. `SPIN_SDK_WIT_DIR`: a directory holding the SDK's `wit/` layout (offline builds).
+//! 2. `cargo metadata` for this crate (which also downloads the crate if it is missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The spin-sdk version whose WIT the host implements (spin-sdk 5.2 apps import
+/// `fermyon:spin/key-value@2.0.0` and `fermyon:spin/variables@2.0.0`).
+const SDK_PACKAGE: &str = "spin-sdk";
+const SDK_VERSION_PREFIX: &str = "5.2.";
+
+/// SDK WIT packages (directories under the SDK's `wit/deps/`) that the host binds.
+/// `fermyon:spin@2.0.0` pulls in the WASI 0.2.0 (and 0.2.0-rc-2023-10-18) packages its
+/// worlds include, so those come along; nothing newer is needed.
+const PACKAGES: &[&str] = &[
+    "spin@2.0.0",
+    "spin@unversioned",
+    "keyvalue-2024-10-17",
+    "wasi-runtime-config-2024-09-27",
+    "cli@0.2.0",
+    "clocks@0.2.0",
+    "filesystem@0.2.0",
+    "http@0.2.0",
+    "io@0.2.0",
+    "random@0.2.0",
+    "sockets@0.2.0",
+    "cli-2023-10-18",
+    "clocks-2023-10-18",
+    "filesystem-2023-10-18",
+    "http-2023-10-18",
+    "io-2023-10-18",
+    "random-2023-10-18",
+    "sockets-2023-10-18",
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=Cargo.toml");
+    println!("cargo:rerun-if-env-changed=SPIN_SDK_WIT_DIR");
+
+    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
+    let sdk_wit = match std::env::var_os("SPIN_SDK_WIT_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => locate_sdk(&manifest_dir).join("wit"),
+    };
+    let deps = sdk_wit.join("deps");
+    if !deps.is_dir() {
+        fail(&format!(
+            "{} has no deps/ directory: it is not the wit/ directory of spin-sdk {SDK_VERSION_PREFIX}x \
+             (set SPIN_SDK_WIT_DIR to that directory, or unset it to let cargo locate the crate)",
+            sdk_wit.display()
+        ));
+    }
+
+    let out = manifest_dir.join("wit");
+    let out_deps = out.join("deps");
+    for pkg in PACKAGES {
+        let from = deps.join(pkg);
+        if !from.is_dir() {
+            fail(&format!(
+                "WIT package directory {} is missing from {}: the pinned spin-sdk no longer \
+                 ships it; update PACKAGES in build.rs",
+                pkg,
+                deps.display()
+            ));
+        }
+        copy_dir(&from, &out_deps.join(pkg));
+    }
+    println!("cargo:rerun-if-changed={}", sdk_wit.display());
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| fail(&format!("cargo did not set {name}")))
+}
+
+fn fail(msg: &str) -> ! {
+    panic!("spin-runtime build script: {msg}");
+}
+
+/// Finds the pinned spin-sdk crate's source directory through `cargo metadata`.
+fn locate_sdk(manifest_dir: &Path) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.arg("metadata")
+        .arg("--format-version=1")
+        .arg("--manifest-path")
+        .arg(manifest_dir.join("Cargo.toml"));
+    if std::env::var_os("CARGO_NET_OFFLINE").is_some_and(|v| v == "true") {
+        cmd.arg("--offline");
+    }
+    // The outer cargo sets variables (e.g. a target dir lock) meant for this build only.
+    cmd.env_remove("CARGO_TARGET_DIR");
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| fail(&format!("running `{cargo} metadata`: {e}")));
+    if !output.status.success() {
+        fail(&format!(
+            "`{cargo} metadata` failed ({}): {}\nSet SPIN_SDK_WIT_DIR to the wit/ directory of \
+             spin-sdk {SDK_VERSION_PREFIX}x to build without it.",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    find_package_dir(&text).unwrap_or_else(|| {
+        fail(&format!(
+            "`cargo metadata` lists no {SDK_PACKAGE} {SDK_VERSION_PREFIX}x package: keep it pinned \
+             in crates/spin-runtime/Cargo.toml"
+        ))
+    })
+}
+
+/// Picks the `spin-sdk` package's directory out of `cargo metadata` JSON.
+fn find_package_dir(json: &str) -> Option<PathBuf> {
+    let meta: serde_json::Value = serde_json::from_str(json).ok()?;
+    meta["packages"].as_array()?.iter().find_map(|pkg| {
+        let name = pkg["name"].as_str()?;
+        let version = pkg["version"].as_str()?;
+        if name != SDK_PACKAGE || !version.starts_with(SDK_VERSION_PREFIX) {
+            return None;
+        }
+        let manifest = Path::new(pkg["manifest_path"].as_str()?);
+        manifest.parent().map(Path::to_path_buf)
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| fail(&format!("mkdir {}: {e}", to.display())));
+    let entries =
+        std::fs::read_dir(from).unwrap_or_else(|e| fail(&format!("read {}: {e}", from.display())));
+    for entry in entries {
+        let entry = entry.unwrap_or_else(|e| fail(&format!("read {}: {e}", from.display())));
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| fail(&format!("read {}: {e}", path.display())));
+            write_if_changed(&target, &text);
+        }
+    }
+}
+
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return;
+    }
+    std::fs::write(path, text).unwrap_or_else(|e| fail(&format!("write {}: {e}", path.display())));
+}

@@ -1,0 +1,292 @@
+//! `allowed_outbound_hosts`: parsing the patterns and checking outbound URLs, with the
+//! rules Spin documents.
+//!
+//! A pattern is `<scheme>://<host>[:<port>]` (a trailing `/` is accepted, a path is not):
+//! - scheme: a name such as `https`, or `*` for any;
+//! - host: a name or IP address (case-insensitive), `*` for any, `*.example.com` for any
+//!   subdomain (not `example.com` itself), a CIDR range such as `10.0.0.0/8`, or `self`
+//!   (`self.alt`) for requests to the app itself (relative URLs);
+//! - port: a number, a range `8000..8010` (end excluded), `*` for any; when omitted, the
+//!   scheme's well-known port (http 80, https 443, redis 6379, ...), and a scheme without
+//!   one needs an explicit port.
+//!
+//! `{{ variable }}` templates are expanded with the app variables before parsing.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::Range;
+
+/// The well-known port of a scheme, used when a pattern or a URL gives none.
+pub fn well_known_port(scheme: &str) -> Option<u16> {
+    Some(match scheme {
+        "http" => 80,
+        "https" => 443,
+        "redis" => 6379,
+        "mqtt" => 1883,
+        "postgres" => 5432,
+        "mysql" => 3306,
+        _ => return None,
+    })
+}
+
+/// One parsed `allowed_outbound_hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedHost {
+    original: String,
+    scheme: Option<String>,
+    host: HostPattern,
+    ports: PortPattern,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    Any,
+    /// `*.example.com`, stored as `.example.com`.
+    Subdomains(String),
+    ToSelf,
+    Name(String),
+    Ip(IpAddr),
+    Cidr(IpAddr, u8),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PortPattern {
+    Any,
+    One(u16),
+    Range(Range<u16>),
+}
+
+impl fmt::Display for AllowedHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.original)
+    }
+}
+
+const FORMAT_HINT: &str = "entries of allowed_outbound_hosts have the form \
+    <scheme>://<host>[:<port>], with `*` wildcards (e.g. \"https://*.example.com\", \
+    \"http://127.0.0.1:8080\", \"*://*:*\" to allow everything)";
+
+impl AllowedHost {
+    /// Parses one entry (templates already expanded).
+    pub fn parse(entry: &str) -> Result<Self, String> {
+        let original = entry.to_string();
+        let text = entry.trim();
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err(format!("`{text}` has no scheme; {FORMAT_HINT}"));
+        };
+        let scheme = if scheme == "*" {
+            None
+        } else if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphabetic()) {
+            Some(scheme.to_ascii_lowercase())
+        } else {
+            return Err(format!(
+                "`{text}`: scheme `{scheme}` must be letters only or `*`; {FORMAT_HINT}"
+            ));
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let (host, port) = split_host_port(rest)
+            .ok_or_else(|| format!("`{text}`: malformed host or port; {FORMAT_HINT}"))?;
+        let host = parse_host(host).map_err(|e| format!("`{text}`: {e}; {FORMAT_HINT}"))?;
+        let ports = match port {
+            None => {
+                let default = scheme.as_deref().and_then(well_known_port).ok_or_else(|| {
+                    format!(
+                        "`{text}`: no port given and scheme `{}` has no well-known port: add \
+                         `:<port>` or `:*`",
+                        scheme.as_deref().unwrap_or("*")
+                    )
+                })?;
+                PortPattern::One(default)
+            }
+            Some("*") => PortPattern::Any,
+            Some(p) => parse_ports(p).map_err(|e| format!("`{text}`: {e}"))?,
+        };
+        Ok(AllowedHost {
+            original,
+            scheme,
+            host,
+            ports,
+        })
+    }
+
+    /// Whether this entry allows `scheme://host:port` (`port` `None`: the scheme's default).
+    /// `host` `None` means a relative URL (a request to the app itself).
+    pub fn allows(&self, scheme: &str, host: Option<&str>, port: Option<u16>) -> bool {
+        if self.scheme.as_deref().is_some_and(|s| s != scheme) {
+            return false;
+        }
+        let Some(host) = host else {
+            return matches!(self.host, HostPattern::Any | HostPattern::ToSelf);
+        };
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        let host_ok = match &self.host {
+            HostPattern::Any => true,
+            HostPattern::Subdomains(suffix) => host.ends_with(suffix.as_str()),
+            HostPattern::ToSelf => false,
+            HostPattern::Name(name) => &host == name,
+            HostPattern::Ip(ip) => host.parse::<IpAddr>().is_ok_and(|h| &h == ip),
+            HostPattern::Cidr(net, bits) => host
+                .parse::<IpAddr>()
+                .is_ok_and(|h| cidr_contains(*net, *bits, h)),
+        };
+        if !host_ok {
+            return false;
+        }
+        let Some(port) = port.or_else(|| well_known_port(scheme)) else {
+            return matches!(self.ports, PortPattern::Any);
+        };
+        match &self.ports {
+            PortPattern::Any => true,
+            PortPattern::One(p) => *p == port,
+            PortPattern::Range(r) => r.contains(&port),
+        }
+    }
+}
+
+/// Splits `host[:port]`, with IPv6 addresses in brackets (`[::1]:8080`). CIDR ranges keep
+/// their `/bits` in the host part.
+fn split_host_port(s: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(inner) = s.strip_prefix('[') {
+        let (host, after) = inner.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?))),
+        };
+    }
+    match s.rsplit_once(':') {
+        // More than one colon without brackets: a bare IPv6 address or network.
+        Some((h, _)) if h.contains(':') => Some((s, None)),
+        Some((h, p)) => Some((h, Some(p))),
+        None => Some((s, None)),
+    }
+}
+
+fn parse_host(host: &str) -> Result<HostPattern, String> {
+    let host = host.trim().to_ascii_lowercase();
+    if host.is_empty() {
+        return Err("the host is empty".into());
+    }
+    if host == "*" {
+        return Ok(HostPattern::Any);
+    }
+    if host == "self" || host == "self.alt" {
+        return Ok(HostPattern::ToSelf);
+    }
+    if let Some((addr, bits)) = host.split_once('/') {
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("host `{host}` has a path; paths are not allowed"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits: u8 = bits
+            .parse()
+            .ok()
+            .filter(|b| *b <= max)
+            .ok_or_else(|| format!("CIDR range `{host}` needs a prefix length 0..={max}"))?;
+        return Ok(HostPattern::Cidr(addr, bits));
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(HostPattern::Ip(ip));
+    }
+    if let Some(domain) = host.strip_prefix("*.") {
+        if domain.is_empty() || domain.contains('*') {
+            return Err(format!(
+                "host `{host}`: a wildcard may only stand for the leading subdomains"
+            ));
+        }
+        return Ok(HostPattern::Subdomains(format!(".{domain}")));
+    }
+    if host.contains('*') {
+        return Err(format!(
+            "host `{host}`: a wildcard may only stand for the leading subdomains (`*.domain`)"
+        ));
+    }
+    if host
+        .chars()
+        .any(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'))
+    {
+        return Err(format!("host `{host}` is not a valid host name"));
+    }
+    Ok(HostPattern::Name(host))
+}
+
+fn parse_ports(p: &str) -> Result<PortPattern, String> {
+    let num = |s: &str| {
+        s.parse::<u16>()
+            .map_err(|_| format!("port `{s}` is not a number 0..=65535"))
+    };
+    if let Some((a, b)) = p.split_once("..") {
+        let (a, b) = (num(a)?, num(b)?);
+        if a >= b {
+            return Err(format!("port range `{p}` is empty (the end is excluded)"));
+        }
+        return Ok(PortPattern::Range(a..b));
+    }
+    Ok(PortPattern::One(num(p)?))
+}
+
+fn cidr_contains(net: IpAddr, bits: u8, ip: IpAddr) -> bool {
+    match (net, ip) {
+        (IpAddr::V4(n), IpAddr::V4(i)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+            (u32::from(n) & mask) == (u32::from(i) & mask)
+        }
+        (IpAddr::V6(n), IpAddr::V6(i)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+            (u128::from(n) & mask) == (u128::from(i) & mask)
+        }
+        _ => false,
+    }
+}
+
+/// A component's whole allow-list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedHosts {
+    entries: Vec<AllowedHost>,
+}
+
+impl AllowedHosts {
+    /// Parses a component's `allowed_outbound_hosts`, expanding `{{ var }}` templates with
+    /// `render` first. Errors name the component and the entry.
+    pub fn parse(
+        component_id: &str,
+        entries: &[String],
+        render: impl Fn(&str) -> Result<String, String>,
+    ) -> anyhow::Result<Self> {
+        if entries.len() == 1 && entries[0].trim() == "insecure:allow-all" {
+            anyhow::bail!(
+                "component `{component_id}`: allowed_outbound_hosts = [\"insecure:allow-all\"] \
+                 is not supported; use \"*://*:*\" to allow all outbound traffic"
+            );
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let expanded = render(entry).map_err(|e| {
+                anyhow::anyhow!("component `{component_id}` allowed_outbound_hosts: {e}")
+            })?;
+            let parsed = AllowedHost::parse(&expanded).map_err(|e| {
+                anyhow::anyhow!("component `{component_id}` allowed_outbound_hosts: {e}")
+            })?;
+            out.push(parsed);
+        }
+        Ok(AllowedHosts { entries: out })
+    }
+
+    /// Whether any entry allows `uri`. A URI without an authority is a request to the
+    /// app itself; a URI without a scheme is taken as `http`.
+    pub fn allows_uri(&self, uri: &http::Uri) -> bool {
+        let scheme = uri.scheme_str().unwrap_or("http").to_ascii_lowercase();
+        let host = uri.host();
+        let port = uri.port_u16();
+        self.entries
+            .iter()
+            .any(|e| e.allows(&scheme, host.filter(|h| !h.is_empty()), port))
+    }
+
+    /// The entries as written (after template expansion).
+    pub fn entries(&self) -> &[AllowedHost] {
+        &self.entries
+    }
+}

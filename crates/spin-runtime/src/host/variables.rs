@@ -1,0 +1,272 @@
+//! Application variables: resolution at start, `{{ name }}` templates, and the guest
+//! interfaces `fermyon:spin/variables@2.0.0`, `fermyon:spin/config` and
+//! `wasi:config/store@0.2.0-draft-2024-09-27`.
+//!
+//! Precedence (as SpinKube): container env `NAME` (the variable's name upper-cased) >
+//! `SPIN_VARIABLE_NAME` > the manifest default. Every app variable is resolved when the
+//! app starts, so a required variable without a value fails the start with its name.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use anyhow::Context as _;
+
+use super::bindings::fermyon::spin::config as spin_config;
+use super::bindings::fermyon::spin2_0_0::variables as spin_variables;
+use super::bindings::wasi::config::store as wasi_config;
+use super::HostState;
+use crate::app::Variable;
+
+/// Prefix of the environment variables Spin's env provider reads.
+pub const SPIN_VARIABLE_PREFIX: &str = "SPIN_VARIABLE_";
+
+/// Where a resolved value came from (for logs; values of secrets are never logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueSource {
+    /// The container env var named like the variable, upper-cased.
+    ContainerEnv,
+    /// `SPIN_VARIABLE_<NAME>`.
+    SpinVariableEnv,
+    /// The manifest default.
+    Default,
+}
+
+/// A resolved application variable value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The value.
+    pub value: String,
+    /// Where it came from.
+    pub source: ValueSource,
+    /// Whether the variable is secret (its value is redacted in `Debug`).
+    pub secret: bool,
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value: &dyn fmt::Debug = if self.secret {
+            &"<secret>"
+        } else {
+            &self.value
+        };
+        f.debug_struct("Resolved")
+            .field("value", value)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// Checks a variable or config key the way Spin does: lower-case ASCII letters, digits and
+/// single `_` separators, starting with a letter and ending with a letter or digit.
+pub fn check_key(key: &str) -> Result<(), String> {
+    let problem = if key.is_empty() {
+        "must not be empty"
+    } else if !key.starts_with(|c: char| c.is_ascii_lowercase()) {
+        "must start with a lower-case ASCII letter"
+    } else if !key.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        "must end with a lower-case ASCII letter or a digit"
+    } else if !key
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        "may contain only lower-case ASCII letters, digits and `_`"
+    } else if key.contains("__") {
+        "must not contain `__`"
+    } else {
+        return Ok(());
+    };
+    Err(format!("invalid variable name `{key}`: {problem}"))
+}
+
+/// Resolves every application variable from `env` (a snapshot of the container's
+/// environment) and the manifest defaults.
+///
+/// Fails naming the first required variable that has no value, and how to provide it.
+pub fn resolve_all(
+    variables: &BTreeMap<String, Variable>,
+    env: &HashMap<String, String>,
+) -> anyhow::Result<BTreeMap<String, Resolved>> {
+    let mut out = BTreeMap::new();
+    for (name, decl) in variables {
+        let upper = name.to_ascii_uppercase();
+        let spin_name = format!("{SPIN_VARIABLE_PREFIX}{upper}");
+        let (value, source) = if let Some(v) = env.get(&upper) {
+            (v.clone(), ValueSource::ContainerEnv)
+        } else if let Some(v) = env.get(&spin_name) {
+            (v.clone(), ValueSource::SpinVariableEnv)
+        } else if let Some(v) = &decl.default {
+            (v.clone(), ValueSource::Default)
+        } else {
+            anyhow::bail!(
+                "required application variable `{name}` has no value: set the environment \
+                 variable `{upper}` (or `{spin_name}`), or give it a default in spin.toml"
+            );
+        };
+        if decl.secret {
+            tracing::debug!(variable = %name, ?source, "resolved secret variable");
+        } else {
+            tracing::debug!(variable = %name, ?source, %value, "resolved variable");
+        }
+        out.insert(
+            name.clone(),
+            Resolved {
+                value,
+                source,
+                secret: decl.secret,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// One piece of a parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part<'a> {
+    Literal(&'a str),
+    Variable(&'a str),
+}
+
+/// Splits `template` into literal text and `{{ name }}` references.
+fn parse_template(template: &str) -> Result<Vec<Part<'_>>, String> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        if start > 0 {
+            parts.push(Part::Literal(&rest[..start]));
+        }
+        let after = &rest[start + 2..];
+        let end = after
+            .find("}}")
+            .ok_or_else(|| format!("template `{template}` has `{{{{` without a closing `}}}}`"))?;
+        let name = after[..end].trim();
+        check_key(name).map_err(|e| format!("template `{template}`: {e}"))?;
+        parts.push(Part::Variable(name));
+        rest = &after[end + 2..];
+    }
+    if rest.contains("}}") {
+        return Err(format!(
+            "template `{template}` has `}}}}` without an opening `{{{{`"
+        ));
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Literal(rest));
+    }
+    Ok(parts)
+}
+
+/// Expands the `{{ name }}` placeholders of `template` with `lookup`.
+///
+/// Errors name the template and the unknown variable.
+pub fn render_template(
+    template: &str,
+    mut lookup: impl FnMut(&str) -> Option<String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    for part in parse_template(template)? {
+        match part {
+            Part::Literal(text) => out.push_str(text),
+            Part::Variable(name) => match lookup(name) {
+                Some(value) => out.push_str(&value),
+                None => {
+                    return Err(format!(
+                        "template `{template}` refers to application variable `{name}`, which \
+                         is not declared in [variables]"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a value was built from a secret variable (then it is never logged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentValue {
+    /// The expanded value.
+    pub value: String,
+    /// True when any referenced variable is secret.
+    pub secret: bool,
+}
+
+/// Expands a component's `variables` table against the resolved app variables.
+pub fn component_values(
+    component_id: &str,
+    templates: &BTreeMap<String, String>,
+    resolved: &BTreeMap<String, Resolved>,
+) -> anyhow::Result<HashMap<String, ComponentValue>> {
+    let mut out = HashMap::new();
+    for (key, template) in templates {
+        check_key(key).map_err(|e| anyhow::anyhow!("component `{component_id}` variable: {e}"))?;
+        let mut secret = false;
+        let value = render_template(template, |name| {
+            let r = resolved.get(name)?;
+            secret |= r.secret;
+            Some(r.value.clone())
+        })
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("component `{component_id}` variable `{key}`"))?;
+        out.insert(key.clone(), ComponentValue { value, secret });
+    }
+    Ok(out)
+}
+
+impl HostState {
+    /// The value of component variable `key`, with Spin's error cases.
+    fn variable(&self, key: &str) -> Result<&str, VarError> {
+        check_key(key).map_err(VarError::Invalid)?;
+        self.component
+            .variables
+            .get(key)
+            .map(|v| v.value.as_str())
+            .ok_or_else(|| {
+                VarError::Undefined(format!(
+                    "no variable `{key}` for component `{}`: declare it in \
+                     [component.{}.variables]",
+                    self.component.id, self.component.id
+                ))
+            })
+    }
+}
+
+enum VarError {
+    Invalid(String),
+    Undefined(String),
+}
+
+impl spin_variables::Host for HostState {
+    fn get(&mut self, name: String) -> wasmtime::Result<Result<String, spin_variables::Error>> {
+        Ok(match self.variable(&name) {
+            Ok(v) => Ok(v.to_string()),
+            Err(VarError::Invalid(e)) => Err(spin_variables::Error::InvalidName(e)),
+            Err(VarError::Undefined(e)) => Err(spin_variables::Error::Undefined(e)),
+        })
+    }
+}
+
+impl spin_config::Host for HostState {
+    fn get_config(&mut self, key: String) -> wasmtime::Result<Result<String, spin_config::Error>> {
+        Ok(match self.variable(&key) {
+            Ok(v) => Ok(v.to_string()),
+            Err(VarError::Invalid(e)) => Err(spin_config::Error::InvalidKey(e)),
+            Err(VarError::Undefined(e)) => Err(spin_config::Error::Provider(e)),
+        })
+    }
+}
+
+impl wasi_config::Host for HostState {
+    fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wasi_config::Error>> {
+        // wasi:config has no "invalid key" case: an impossible key simply has no value.
+        Ok(Ok(self.variable(&key).ok().map(str::to_string)))
+    }
+
+    fn get_all(&mut self) -> wasmtime::Result<Result<Vec<(String, String)>, wasi_config::Error>> {
+        let mut all: Vec<(String, String)> = self
+            .component
+            .variables
+            .iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect();
+        all.sort();
+        Ok(Ok(all))
+    }
+}
