@@ -315,7 +315,9 @@ fn sandbox_config(pod: &PodSpec) -> PodSandboxConfig {
             namespace: pod.namespace.clone(),
             attempt: 0,
         }),
-        hostname: pod.name.clone(),
+        // kubelet sends no hostname for host-network pods (they share the node's UTS
+        // namespace; runc refuses a hostname without a private one).
+        hostname: String::new(),
         log_directory: pod.log_directory.display().to_string(),
         linux: Some(LinuxPodSandboxConfig {
             cgroup_parent: pod.cgroup_parent.clone(),

@@ -4,9 +4,11 @@
 //! - [`kubelet`]: pod cgroup names exactly as kubelet computes them (systemd and cgroupfs).
 //! - [`cgroups`]: create pod cgroups in every hierarchy, read what cAdvisor reads.
 //! - [`cri`]: the CRI calls (RunPodSandbox, CreateContainer, stats, teardown).
+//! - [`node`]: a private containerd configured as a kubelet node (CRI, pause image, runtimes).
 //! - [`scenario`]: the Spin pod scenario and the runc control, with all their checks.
 
 pub mod cgroups;
 pub mod cri;
 pub mod kubelet;
+pub mod node;
 pub mod scenario;
