@@ -30,8 +30,14 @@ pub enum Workload {
 }
 
 /// Classifies an entrypoint. `root` is the container's root directory (`/` inside the
-/// container; a rootfs path in tests), `path_env` is the container's `PATH`.
-pub fn classify(args: &[String], path_env: Option<&str>, root: &Path) -> Result<Workload, String> {
+/// container; a rootfs path in tests), `path_env` is the container's `PATH`, `cwd` the
+/// process's working directory inside the container.
+pub fn classify(
+    args: &[String],
+    path_env: Option<&str>,
+    cwd: &Path,
+    root: &Path,
+) -> Result<Workload, String> {
     let Some(entry) = args.first() else {
         return Err("the container has no process args: set an entrypoint or command".into());
     };
@@ -44,7 +50,7 @@ pub fn classify(args: &[String], path_env: Option<&str>, root: &Path) -> Result<
             root.display()
         ));
     }
-    let resolved = resolve(entry, path_env, root).ok_or_else(|| {
+    let resolved = resolve(entry, path_env, cwd, root).ok_or_else(|| {
         format!("entrypoint `{entry}` was not found in the container rootfs (searched PATH)")
     })?;
     let host_path = root.join(resolved.strip_prefix("/").unwrap_or(&resolved));
@@ -85,16 +91,16 @@ fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Resolves `entry` the way execvp does: a name containing `/` is used as is (relative to
-/// `/`), other names are searched in `PATH`. Returns the in-container path.
-fn resolve(entry: &str, path_env: Option<&str>, root: &Path) -> Option<PathBuf> {
+/// `cwd`), other names are searched in `PATH`, then (for `.wasm` files) in `cwd`.
+/// Returns the in-container path.
+fn resolve(entry: &str, path_env: Option<&str>, cwd: &Path, root: &Path) -> Option<PathBuf> {
     let in_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let in_cwd = || {
+        let p = cwd.join(entry);
+        in_root(&p).is_file().then_some(p)
+    };
     if entry.contains('/') {
-        let p = if entry.starts_with('/') {
-            PathBuf::from(entry)
-        } else {
-            Path::new("/").join(entry)
-        };
-        return in_root(&p).is_file().then_some(p);
+        return in_cwd();
     }
     let path_env =
         path_env.unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
@@ -103,6 +109,7 @@ fn resolve(entry: &str, path_env: Option<&str>, root: &Path) -> Option<PathBuf> 
         .filter(|d| !d.is_empty())
         .map(|d| Path::new(d).join(entry))
         .find(|p| in_root(p).is_file())
+        .or_else(|| entry.ends_with(".wasm").then(in_cwd).flatten())
 }
 
 fn spec_args_env(spec: &Spec) -> (Vec<String>, Vec<(String, String)>) {
@@ -138,7 +145,12 @@ impl ShimExecutor {
             .iter()
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.as_str());
-        let w = classify(&args, path, Path::new("/"))?;
+        let cwd = spec
+            .process()
+            .as_ref()
+            .map(|p| p.cwd().clone())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let w = classify(&args, path, &cwd, Path::new("/"))?;
         if w == Workload::Spin && self.spin.is_none() {
             return Err("Spin engine not available in this build of the shim".into());
         }
@@ -219,33 +231,42 @@ mod tests {
         std::fs::write(r.join("data.txt"), b"plain text").unwrap();
 
         assert_eq!(
-            classify(&args(&["/app.wasm", "x"]), None, r).unwrap(),
+            classify(&args(&["/app.wasm", "x"]), None, Path::new("/"), r).unwrap(),
             Workload::Wasi("/app.wasm".into())
         );
         assert_eq!(
-            classify(&args(&["app.wasm"]), None, r).unwrap(),
+            classify(&args(&["app.wasm"]), None, Path::new("/"), r).unwrap(),
             Workload::Wasi("/app.wasm".into())
         );
         assert_eq!(
-            classify(&args(&["sh", "-c", "true"]), Some("/bin"), r).unwrap(),
+            classify(
+                &args(&["sh", "-c", "true"]),
+                Some("/bin"),
+                Path::new("/"),
+                r
+            )
+            .unwrap(),
             Workload::Native
         );
         assert_eq!(
-            classify(&args(&["/run.sh"]), None, r).unwrap(),
+            classify(&args(&["/run.sh"]), None, Path::new("/"), r).unwrap(),
             Workload::Native
         );
         assert_eq!(
-            classify(&args(&["/hello"]), None, r).unwrap(),
+            classify(&args(&["/hello"]), None, Path::new("/"), r).unwrap(),
             Workload::Wasi("/hello".into())
         );
-        let e = classify(&args(&["/data.txt"]), None, r).unwrap_err();
+        let e = classify(&args(&["/data.txt"]), None, Path::new("/"), r).unwrap_err();
         assert!(e.contains("/data.txt"), "{e}");
-        let e = classify(&args(&["/missing.wasm"]), None, r).unwrap_err();
+        let e = classify(&args(&["/missing.wasm"]), None, Path::new("/"), r).unwrap_err();
         assert!(e.contains("/missing.wasm"), "{e}");
-        let e = classify(&args(&["/"]), None, r).unwrap_err();
+        let e = classify(&args(&["/"]), None, Path::new("/"), r).unwrap_err();
         assert!(e.contains("spin.toml"), "{e}");
         std::fs::write(r.join("spin.toml"), b"spin_manifest_version = 2").unwrap();
-        assert_eq!(classify(&args(&["/"]), None, r).unwrap(), Workload::Spin);
-        assert!(classify(&[], None, r).is_err());
+        assert_eq!(
+            classify(&args(&["/"]), None, Path::new("/"), r).unwrap(),
+            Workload::Spin
+        );
+        assert!(classify(&[], None, Path::new("/"), r).is_err());
     }
 }
