@@ -256,6 +256,17 @@ pub fn read_v2_metrics(dir: &Path) -> anyhow::Result<v2::Metrics> {
         m.memory_events = MessageField::some(ev);
     }
 
+    for size in hugepage_sizes(dir, ".current")? {
+        let mut h = v2::HugeTlbStat::new();
+        h.current = read_u64(&f(&format!("hugetlb.{size}.current")), u64::MAX)?.unwrap_or_default();
+        h.max = read_u64(&f(&format!("hugetlb.{size}.max")), u64::MAX)?.unwrap_or_default();
+        if let Some(events) = read_flat_keyed(&f(&format!("hugetlb.{size}.events")))? {
+            h.failcnt = events.get("max").copied().unwrap_or_default();
+        }
+        h.pagesize = size;
+        m.hugetlb.push(h);
+    }
+
     let io_stat = read_optional(&f("io.stat"))?;
     let io_psi = read_psi(&f("io.pressure"))?;
     if io_stat.is_some() || io_psi.is_some() {
@@ -267,6 +278,33 @@ pub fn read_v2_metrics(dir: &Path) -> anyhow::Result<v2::Metrics> {
         m.io = MessageField::some(io);
     }
     Ok(m)
+}
+
+/// Page sizes (e.g. `2MB`) for which `dir` has a `hugetlb.<size><suffix>` file, sorted.
+fn hugepage_sizes(dir: &Path, suffix: &str) -> anyhow::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    let mut sizes = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name();
+        let Some(size) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hugetlb."))
+            .and_then(|n| n.strip_suffix(suffix))
+        else {
+            continue;
+        };
+        // Skip hugetlb.<size>.rsvd.* and other sub-files.
+        if !size.contains('.') {
+            sizes.push(size.to_string());
+        }
+    }
+    sizes.sort();
+    Ok(sizes)
 }
 
 /// Parses `io.stat`: `MAJ:MIN rbytes=.. wbytes=.. rios=.. wios=.. dbytes=.. dios=..`.
@@ -379,6 +417,21 @@ pub fn read_v1_metrics(dirs: &[(String, PathBuf)]) -> anyhow::Result<v1::Metrics
             p.current = current;
             p.limit = read_u64(&dir.join("pids.max"), 0)?.unwrap_or_default();
             m.pids = MessageField::some(p);
+        }
+    }
+
+    if let Some(dir) = dir_for("hugetlb") {
+        for size in hugepage_sizes(dir, ".usage_in_bytes")? {
+            let get = |suffix: &str| -> anyhow::Result<u64> {
+                let path = dir.join(format!("hugetlb.{size}.{suffix}"));
+                Ok(read_u64(&path, u64::MAX)?.unwrap_or_default())
+            };
+            let mut h = v1::HugetlbStat::new();
+            h.usage = get("usage_in_bytes")?;
+            h.max = get("max_usage_in_bytes")?;
+            h.failcnt = get("failcnt")?;
+            h.pagesize = size;
+            m.hugetlb.push(h);
         }
     }
 

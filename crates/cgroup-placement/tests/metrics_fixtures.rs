@@ -151,6 +151,17 @@ fn v2_handwritten_full_controller_files() {
     assert_eq!((mem.pgfault, mem.pgmajfault), (5120, 7));
     assert_eq!(m.memory_events.high, 3);
     assert_eq!((m.pids.current, m.pids.limit), (4, u64::MAX));
+    assert_eq!(
+        m.hugetlb.len(),
+        1,
+        "rsvd files are not a page size: {:?}",
+        m.hugetlb
+    );
+    let h = &m.hugetlb[0];
+    assert_eq!(
+        (h.pagesize.as_str(), h.current, h.max, h.failcnt),
+        ("2MB", 0, u64::MAX, 2)
+    );
     assert_eq!(m.io.usage.len(), 2);
     let vda = &m.io.usage[0];
     assert_eq!(

@@ -465,3 +465,34 @@ fn filters_settings_of_absent_controllers() {
     assert!(filter_resources(&hybrid_host(), &mut r).is_empty());
     assert_eq!(r, resources());
 }
+
+#[test]
+fn knows_which_hierarchies_youki_joins() {
+    // youki's v1 manager (libcgroups 0.7) finds a controller by its mount point's last
+    // component and never joins named hierarchies or controllers it does not know.
+    let managed = |h: &Host| -> Vec<(String, bool)> {
+        h.v1_hierarchy_details()
+            .iter()
+            .map(|v| (v.controllers_string(), v.managed_by_youki()))
+            .collect()
+    };
+    let hybrid = managed(&hybrid_host());
+    for (c, m) in &hybrid {
+        assert_eq!(*m, c != "name=systemd", "{c}: {hybrid:?}");
+    }
+    assert_eq!(
+        managed(&legacy_host()),
+        [
+            ("name=systemd".to_string(), false),
+            ("cpu,cpuacct".to_string(), true),
+            ("net_cls,net_prio".to_string(), true),
+            ("memory".to_string(), true),
+            ("rdma".to_string(), false),
+            ("pids".to_string(), true),
+        ]
+    );
+    // A controller mounted under a name youki does not look for is ours to join.
+    let odd = "40 31 0:37 / /sys/fs/cgroup/mem rw - cgroup cgroup rw,memory\n";
+    let h = Host::from_mountinfo(odd, false, false).unwrap();
+    assert!(!h.v1_hierarchy_details()[0].managed_by_youki());
+}
