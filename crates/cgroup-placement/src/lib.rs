@@ -8,6 +8,7 @@
 //! libcontainer. The placement then creates, joins, measures and removes the cgroup.
 
 mod error;
+mod fsutil;
 mod host;
 mod metrics;
 mod path;

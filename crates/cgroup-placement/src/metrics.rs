@@ -282,14 +282,8 @@ pub fn read_v2_metrics(dir: &Path) -> anyhow::Result<v2::Metrics> {
 
 /// Page sizes (e.g. `2MB`) for which `dir` has a `hugetlb.<size><suffix>` file, sorted.
 fn hugepage_sizes(dir: &Path, suffix: &str) -> anyhow::Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
-    };
     let mut sizes = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+    for entry in crate::fsutil::dir_entries(dir)? {
         let name = entry.file_name();
         let Some(size) = name
             .to_str()

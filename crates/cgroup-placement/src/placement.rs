@@ -404,14 +404,8 @@ fn collect_pids(dir: &Path, out: &mut Vec<i32>) -> anyhow::Result<()> {
 
 /// Sub-directories of `dir` (child cgroups); empty if `dir` vanished.
 fn read_dir_tolerant(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
-    };
     let mut dirs = Vec::new();
-    for entry in entries {
-        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+    for entry in crate::fsutil::dir_entries(dir)? {
         if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             dirs.push(entry.path());
         }
