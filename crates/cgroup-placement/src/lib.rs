@@ -7,6 +7,8 @@
 //! under its Kubernetes pod cgroup on every layout), and what to hand to youki's
 //! libcontainer. The placement then creates, joins, measures and removes the cgroup.
 
+#![warn(missing_docs)]
+
 mod error;
 mod fsutil;
 mod host;
