@@ -5,7 +5,6 @@
 //! through libcontainer's default executor, and anything else is refused with an error
 //! naming the entrypoint.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
@@ -16,7 +15,7 @@ use crate::wasi;
 
 /// Runs a Spin application from the manifest in `app_dir` with the container's
 /// environment; returns the process exit code. Provided by the binary crate.
-pub type SpinRunner = fn(&Path, &HashMap<String, String>) -> anyhow::Result<i32>;
+pub type SpinRunner = fn(&Path, &[(String, String)]) -> anyhow::Result<i32>;
 
 /// What a container's entrypoint resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,9 +183,9 @@ impl Executor for ShimExecutor {
                 wasi::run(&path, &args, &env)
             }
             Workload::Spin => {
-                install_termination_handlers();
+                // The Spin engine installs its own SIGTERM/SIGINT handling (graceful
+                // drain, exit 0); a handler of ours would be chained in and exit 143.
                 let run = self.spin.expect("checked in workload()");
-                let env: HashMap<String, String> = env.into_iter().collect();
                 match run(Path::new("/"), &env) {
                     Ok(code) => code,
                     Err(e) => {
