@@ -438,14 +438,16 @@ state = "{state}"
 
     /// Waits until task `id` has `status` (e.g. `RUNNING`), returning its pid.
     pub fn wait_task_status(&self, id: &str, status: &str, timeout: Duration) -> Result<i32> {
-        wait_for(timeout, || {
-            self.task_list()
-                .ok()?
-                .into_iter()
-                .find(|t| t.0 == id && t.2 == status)
-                .map(|t| t.1)
+        let found = wait_for(timeout, || {
+            let t = self.task_list().ok()?.into_iter().find(|t| t.0 == id)?;
+            if t.2 == status {
+                return Some(Some(t.1));
+            }
+            // A task that already stopped will never become RUNNING: stop waiting.
+            (status == "RUNNING" && t.2 == "STOPPED").then_some(None)
         })
-        .with_context(|| {
+        .flatten();
+        found.with_context(|| {
             format!(
                 "task {id} did not reach {status} within {timeout:?}; tasks: {:?}\nlog tail:\n{}",
                 self.task_list().unwrap_or_default(),
