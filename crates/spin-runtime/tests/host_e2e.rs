@@ -1,0 +1,348 @@
+//! Host features end to end: the spin-kv, spin-variables and spin-outbound guest apps
+//! (spin-sdk 5.2) served by `spin-serve` on 127.0.0.1, with an outbound target served by
+//! a small HTTP server in this test on loopback.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Copies the app and its `runtime-config.toml` (if any) into a temp dir.
+fn prepare_with_runtime_config(app: &str) -> tempfile::TempDir {
+    let dir = prepare_app(app);
+    let rc = workspace_root()
+        .join("tests/apps")
+        .join(app)
+        .join("runtime-config.toml");
+    if rc.is_file() {
+        std::fs::copy(&rc, dir.path().join("runtime-config.toml")).unwrap();
+    }
+    dir
+}
+
+/// Runs `spin-serve` expecting it to fail at start; returns its stderr.
+fn start_failure(app_dir: &Path, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+    cmd.arg(app_dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let cache = tempfile::tempdir().unwrap();
+    cmd.env("SPIN_SHIM_COMPILE_CACHE_DIR", cache.path());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn spin-serve");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spin-serve did not exit although its start should fail");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "spin-serve started; stderr:\n{stderr}");
+    stderr
+}
+
+fn send(server: &Server, method: &str, path: &str, body: &[u8]) -> HttpResponse {
+    request(server.addr, method, path, body)
+}
+
+#[test]
+fn key_value_set_get_delete_exists_and_persistence() {
+    let app = prepare_with_runtime_config("spin-kv");
+    {
+        let server = Server::start(app.path(), &[]);
+        let r = send(&server, "PUT", "/kv/greeting", b"hello kv");
+        assert_eq!((r.status, r.text().as_str()), (200, "stored"));
+        let r = server.get("/kv/greeting");
+        assert_eq!((r.status, r.text().as_str()), (200, "hello kv"));
+        assert_eq!(server.get("/kv/greeting?op=exists").text(), "true");
+        assert_eq!(server.get("/kv/absent?op=exists").text(), "false");
+        assert_eq!(server.get("/kv/absent").status, 404);
+
+        send(&server, "POST", "/kv/temp", b"x");
+        assert_eq!(server.get("/kv/?op=keys").text(), "greeting\ntemp");
+        let r = send(&server, "DELETE", "/kv/temp", b"");
+        assert_eq!((r.status, r.text().as_str()), (200, "deleted"));
+        assert_eq!(server.get("/kv/temp").status, 404);
+        assert_eq!(server.get("/kv/temp?op=exists").text(), "false");
+
+        // The same store through wasi:keyvalue (store + atomics).
+        let r = server.get("/kv/greeting?op=wasi-get");
+        assert_eq!((r.status, r.text().as_str()), (200, "hello kv"));
+        assert_eq!(send(&server, "POST", "/kv/n?op=incr&by=5", b"").text(), "5");
+        assert_eq!(
+            send(&server, "POST", "/kv/n?op=incr&by=-2", b"").text(),
+            "3"
+        );
+    }
+    // Store `default` is SQLite at <app>/.spin/sqlite_key_value.db and survives a restart.
+    assert!(app.path().join(".spin/sqlite_key_value.db").is_file());
+    let server = Server::start(app.path(), &[]);
+    assert_eq!(server.get("/kv/greeting").text(), "hello kv");
+}
+
+#[test]
+fn key_value_runtime_config_store_and_access_denied() {
+    let app = prepare_with_runtime_config("spin-kv");
+    let server = Server::start(app.path(), &[]);
+
+    // `other` comes from runtime-config.toml, path relative to that file.
+    let r = send(&server, "PUT", "/kv/k?store=other", b"in other");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "stored"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(server.get("/kv/k?store=other").text(), "in other");
+    assert_eq!(server.get("/kv/k").status, 404, "stores must be separate");
+    assert!(app.path().join(".spin/other.db").is_file());
+
+    // A label the component does not list: Spin's access-denied, through both interfaces.
+    let r = server.get("/kv/k?store=private");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("AccessDenied"), "{}", r.text());
+    let r = server.get("/kv/k?store=private&op=wasi-get");
+    assert!(r.text().contains("AccessDenied"), "{}", r.text());
+    // A component with no key_value_stores may not open `default`.
+    let r = server.get("/nokv/k");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("AccessDenied"), "{}", r.text());
+}
+
+#[test]
+fn key_value_state_dir_override_and_undefined_store() {
+    let app = prepare_with_runtime_config("spin-kv");
+    let state = tempfile::tempdir().unwrap();
+    {
+        let server = Server::start(
+            app.path(),
+            &[("SPIN_STATE_DIR", state.path().to_str().unwrap())],
+        );
+        assert_eq!(send(&server, "PUT", "/kv/a", b"1").status, 200);
+    }
+    assert!(state.path().join("sqlite_key_value.db").is_file());
+    assert!(!app.path().join(".spin/sqlite_key_value.db").exists());
+
+    let bad = app_from_manifest(
+        r#"spin_manifest_version = 2
+[application]
+name = "kv-bad"
+[[trigger.http]]
+route = "/..."
+component = "kv"
+[component.kv]
+source = "{WASM_DIR}/spin_kv.wasm"
+key_value_stores = ["default", "sessions"]
+"#,
+    );
+    let stderr = start_failure(bad.path(), &[]);
+    assert!(
+        stderr.contains("`sessions`") && stderr.contains("[key_value_store.sessions]"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn variables_precedence_templates_and_errors() {
+    let app = prepare_app("spin-variables");
+    let server = Server::start(
+        app.path(),
+        &[
+            ("API_TOKEN", "tok-123"),
+            ("SPIN_VARIABLE_API_TOKEN", "not-this-one"),
+            ("SPIN_VARIABLE_GREETING", "hi-spin"),
+        ],
+    );
+    assert_eq!(server.get("/greeting").text(), "hi-spin");
+    assert_eq!(server.get("/token").text(), "tok-123");
+    assert_eq!(server.get("/combined").text(), "hi-spin, token=tok-123!");
+    assert_eq!(server.get("/fixed").text(), "literal value");
+    assert_eq!(server.get("/unused_default").text(), "fallback");
+
+    // Names the component does not declare, and names Spin rejects.
+    let r = server.get("/nope");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("Undefined"), "{}", r.text());
+    let r = server.get("/Bad-Name");
+    assert!(r.text().contains("InvalidName"), "{}", r.text());
+
+    // wasi:config/store sees the same component variables.
+    assert_eq!(server.get("/greeting?via=wasi").text(), "hi-spin");
+    assert_eq!(server.get("/nope?via=wasi").status, 404);
+    let all = server.get("/?via=wasi-all").text();
+    assert!(
+        all.contains("fixed=literal value") && all.contains("greeting=hi-spin"),
+        "{all}"
+    );
+
+    // The secret's value never reaches the log, although its resolution is logged.
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("api_token"),
+        "variable resolution not logged:\n{log}"
+    );
+    assert!(!log.contains("tok-123"), "secret value logged:\n{log}");
+    drop(server);
+
+    // The container's `GREETING` beats `SPIN_VARIABLE_GREETING`.
+    let server = Server::start(
+        app.path(),
+        &[
+            ("API_TOKEN", "t"),
+            ("SPIN_VARIABLE_GREETING", "hi-spin"),
+            ("GREETING", "hi-container"),
+        ],
+    );
+    assert_eq!(server.get("/greeting").text(), "hi-container");
+}
+
+#[test]
+fn variables_required_missing_fails_at_start() {
+    let app = prepare_app("spin-variables");
+    let stderr = start_failure(app.path(), &[("SPIN_VARIABLE_GREETING", "x")]);
+    assert!(stderr.contains("`api_token`"), "{stderr}");
+    assert!(stderr.contains("API_TOKEN"), "{stderr}");
+}
+
+/// A loopback HTTP server answering every request with a fixed body; counts requests.
+struct Upstream {
+    addr: SocketAddr,
+    hits: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, s) = (hits.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        conn.set_nonblocking(false).unwrap();
+                        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        let mut buf = [0u8; 4096];
+                        let mut head = Vec::new();
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match conn.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        h.fetch_add(1, Ordering::SeqCst);
+                        let body = "upstream says hi";
+                        let _ = write!(
+                            conn,
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Upstream {
+            addr,
+            hits,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn outbound_allowed_host_reaches_upstream_and_others_are_denied() {
+    let upstream = Upstream::start();
+    let port = upstream.addr.port().to_string();
+    let app = prepare_app("spin-outbound");
+    // The allow-list entry is "http://127.0.0.1:{{ upstream_port }}".
+    let server = Server::start(app.path(), &[("SPIN_VARIABLE_UPSTREAM_PORT", &port)]);
+
+    let r = server.get(&format!("/?url=http://127.0.0.1:{port}/hello"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "upstream 200\nupstream says hi");
+    assert_eq!(upstream.hits.load(Ordering::SeqCst), 1);
+
+    // Same server, but a host name that is not in the list: denied before connecting.
+    let r = server.get(&format!("/?url=http://localhost:{port}/hello"));
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().to_lowercase().contains("denied"), "{}", r.text());
+    // A port that is not in the list.
+    let other = upstream.addr.port().wrapping_add(1).max(1);
+    let r = server.get(&format!("/?url=http://127.0.0.1:{other}/"));
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().to_lowercase().contains("denied"), "{}", r.text());
+    assert_eq!(
+        upstream.hits.load(Ordering::SeqCst),
+        1,
+        "a denied call got through"
+    );
+
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("allowed_outbound_hosts") && log.contains("component `outbound`"),
+        "denial not explained in the log:\n{log}"
+    );
+    assert!(log.contains(&format!("http://localhost:{port}")), "{log}");
+}
+
+#[test]
+fn outbound_bad_pattern_fails_at_start() {
+    let app = app_from_manifest(
+        r#"spin_manifest_version = 2
+[application]
+name = "outbound-bad"
+[[trigger.http]]
+route = "/..."
+component = "fetch"
+[component.fetch]
+source = "{WASM_DIR}/spin_outbound.wasm"
+allowed_outbound_hosts = ["example.com"]
+"#,
+    );
+    let stderr = start_failure(app.path(), &[]);
+    assert!(
+        stderr.contains("component `fetch`")
+            && stderr.contains("allowed_outbound_hosts")
+            && stderr.contains("example.com"),
+        "{stderr}"
+    );
+}
