@@ -496,3 +496,56 @@ fn knows_which_hierarchies_youki_joins() {
     let h = Host::from_mountinfo(odd, false, false).unwrap();
     assert!(!h.v1_hierarchy_details()[0].managed_by_youki());
 }
+
+/// Runs `f` with a subscriber that records formatted log lines, and returns them.
+fn logged(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = buf.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn warns_when_the_option_contradicts_the_path() {
+    let log = logged(|| {
+        decide(Some(&seed_path()), SEED_ID, Some(false), &hybrid_host()).unwrap();
+    });
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("SystemdCgroup = false") && log.contains("the path wins"),
+        "{log}"
+    );
+
+    let log = logged(|| {
+        decide(Some("/kubepods/x"), "x", Some(true), &hybrid_host()).unwrap();
+    });
+    assert!(
+        log.contains("SystemdCgroup = true") && log.contains("cgroupfs path"),
+        "{log}"
+    );
+
+    // Agreeing option and path: nothing to say.
+    let log = logged(|| {
+        decide(Some(&seed_path()), SEED_ID, Some(true), &hybrid_host()).unwrap();
+        decide(Some("/kubepods/x"), "x", Some(false), &hybrid_host()).unwrap();
+        decide(Some("/kubepods/x"), "x", None, &hybrid_host()).unwrap();
+    });
+    assert!(log.is_empty(), "{log}");
+}
