@@ -1,311 +1,228 @@
-//! A private containerd with its CRI plugin set up as a kubelet node needs it here: its own
-//! root, state and socket in a temp dir, the in-repo pause image as sandbox image,
-//! `restrict_oom_score_adj` (root lacks CAP_SYS_RESOURCE here), runtimes `runc` and `spin`.
-//! On the unified layout it runs in a private mount namespace where the unified hierarchy
-//! is bound over `/sys/fs/cgroup` (a pure cgroup v2 host).
+//! A kubelet node for the CRI tests: the `integration` crate's private containerd with its
+//! CRI plugin set up as a node needs it here — the in-repo pause image as sandbox image, CNI
+//! directories of its own (there is no CNI: host-network pods only), runtimes `runc` and
+//! (optionally) `spin` — plus the test images, and a containerd restart for the installer
+//! test.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
+pub use integration::{CgroupMode, Containerd, ContainerdVersion};
 
 use crate::cgroups::Layout;
 
-/// Which containerd release to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    /// Debian 12's containerd 1.6 (`/usr/bin`).
-    V1_6,
-    /// containerd 1.7 unpacked by `scripts/install-containerd-1.7.sh`.
-    V1_7,
-}
+/// The sandbox image (the in-repo pause image).
+pub const PAUSE_IMAGE: &str = integration::images::PAUSE;
+/// A busybox-style native image with `/bin/sh` (the runc control's CPU burner).
+pub const BUSYBOX_IMAGE: &str = integration::images::BUSYBOX;
+/// The spin-in-container image of `tests/apps/spin-cpu` (command `/`).
+pub const SPIN_CPU_IMAGE: &str = "docker.io/library/spin-cpu:test";
 
-/// The repository root (two levels above this crate).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Where the release binaries are: `$SHIM_BIN_DIR`, else `$CARGO_TARGET_DIR/release`, else
-/// the workspace's `target/release`.
-pub fn release_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SHIM_BIN_DIR") {
-        return d.into();
-    }
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(t) => PathBuf::from(t).join("release"),
-        None => repo_root().join("target/release"),
+/// The harness mode that gives containerd the cgroup `layout`.
+pub fn mode_for(layout: Layout) -> CgroupMode {
+    match layout {
+        Layout::Hybrid => CgroupMode::Host,
+        Layout::Unified => CgroupMode::UnifiedNamespace,
     }
 }
 
-impl Version {
-    /// The directory holding `containerd`, `ctr` and `containerd-shim-runc-v2`.
-    pub fn bin_dir(self) -> Result<PathBuf> {
-        match self {
-            Version::V1_6 => Ok("/usr/bin".into()),
-            Version::V1_7 => {
-                let script = repo_root().join("scripts/install-containerd-1.7.sh");
-                let out = Command::new("bash")
-                    .arg(&script)
-                    .stderr(Stdio::inherit())
-                    .output()
-                    .with_context(|| format!("running {}", script.display()))?;
-                ensure!(out.status.success(), "{} failed", script.display());
-                Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
-            }
-        }
-    }
-}
+/// The runtime table that registers our shim as handler `spin`.
+pub const SPIN_RUNTIME_TABLE: &str =
+    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\n  runtime_type = \"io.containerd.spin.v2\"\n";
 
-/// A running private containerd; stopped (and its directory removed) on drop.
-pub struct Containerd {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-    bin_dir: PathBuf,
-    /// The layout containerd (and the shims it starts) see.
+/// A private containerd configured as a kubelet node; stopped and cleaned up on drop.
+pub struct Node {
+    /// The running containerd (socket, ctr, log).
+    pub containerd: Containerd,
+    /// The cgroup layout containerd and its shims see.
     pub layout: Layout,
-    /// The version running.
-    pub version: Version,
+    cni: tempfile::TempDir,
 }
 
-/// Name of the sandbox image every node uses (imported from `target/images/pause.tar`).
-pub const PAUSE_IMAGE: &str = "docker.io/library/pause:test";
-
-impl Containerd {
-    /// The CRI-related config: sandbox image, oom_score_adj restriction, CNI dirs inside the
-    /// node dir (no CNI here; host-network pods only), runtimes runc and spin.
-    pub fn cri_config(dir: &Path) -> String {
-        format!(
-            r#"[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{dir}/cni/bin"
-    conf_dir = "{dir}/cni/conf"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-"#,
-            dir = dir.display()
-        )
-    }
-
-    /// The base config: root, state, sockets in `dir`.
-    pub fn base_config(dir: &Path) -> String {
-        format!(
-            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n\n[grpc]\n  address = \"{d}/containerd.sock\"\n\n\
-             [ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\n[debug]\n  level = \"info\"\n\n\
-             [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{d}/opt\"\n\n",
-            d = dir.display()
-        )
-    }
-
-    /// Starts containerd `version` for `layout` with base + CRI config and, when
-    /// `with_spin` is set, the `spin` runtime (`io.containerd.spin.v2`). The shim must be
-    /// on PATH: the release dir comes first.
-    pub fn start(version: Version, layout: Layout, with_spin: bool) -> Result<Self> {
-        let dir = tempfile::Builder::new().prefix("cri-node-").tempdir()?;
-        let mut config = Self::base_config(dir.path()) + &Self::cri_config(dir.path());
-        if with_spin {
-            config.push_str(
-                "  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\n    runtime_type = \"io.containerd.spin.v2\"\n",
-            );
-        }
-        fs::write(dir.path().join("config.toml"), config)?;
-        Self::start_with_config(version, layout, dir)
-    }
-
-    /// Starts containerd with the `config.toml` already written in `dir` (which must set
-    /// root, state and the socket to `dir`, see [`Containerd::base_config`]).
-    pub fn start_with_config(
-        version: Version,
-        layout: Layout,
-        dir: tempfile::TempDir,
-    ) -> Result<Self> {
-        let bin_dir = version.bin_dir()?;
-        let containerd = bin_dir.join("containerd");
-        ensure!(
-            containerd.exists(),
-            "{} missing (run scripts/setup.sh)",
-            containerd.display()
-        );
-        for d in ["cni/bin", "cni/conf"] {
-            fs::create_dir_all(dir.path().join(d))?;
-        }
-        let path = format!(
-            "{}:{}:{}",
-            release_dir().display(),
-            bin_dir.display(),
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
-        );
-        let log = fs::File::create(dir.path().join("containerd.log"))?;
-        let config = dir.path().join("config.toml");
-        let mut cmd = match layout {
-            Layout::Hybrid => {
-                let mut c = Command::new(&containerd);
-                c.arg("--config").arg(&config);
-                c
-            }
-            Layout::Unified => {
-                // unshare execs sh, which execs containerd: the child pid is containerd's.
-                let mut c = Command::new("unshare");
-                c.args(["--mount", "--propagation", "private", "sh", "-c"])
-                    .arg("mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && exec \"$0\" --config \"$1\"")
-                    .arg(&containerd)
-                    .arg(&config);
-                c
-            }
+impl Node {
+    /// Starts containerd `version` for `layout`, with the `spin` runtime when `with_spin`.
+    pub fn start(version: ContainerdVersion, layout: Layout, with_spin: bool) -> Result<Self> {
+        let cni = tempfile::Builder::new().prefix("cri-cni-").tempdir()?;
+        let config = integration::ContainerdConfig {
+            cri_plugin: format!(
+                "  sandbox_image = \"{PAUSE_IMAGE}\"\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"{c}/bin\"\n  conf_dir = \"{c}/conf\"\n",
+                c = cni.path().display()
+            ),
+            extra: format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n{}",
+                if with_spin { SPIN_RUNTIME_TABLE } else { "" }
+            ),
         };
-        cmd.env("PATH", path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", containerd.display()))?;
-        let mut node = Containerd {
-            dir,
-            child: Some(child),
-            bin_dir,
+        let containerd = Containerd::start_with(version, mode_for(layout), &config)?;
+        Ok(Node {
+            containerd,
             layout,
-            version,
-        };
-        node.wait_ready(Duration::from_secs(30))?;
-        Ok(node)
+            cni,
+        })
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait()? {
-                bail!("containerd exited with {status}; log:\n{}", self.log_tail());
-            }
-            let ok = Command::new(self.bin_dir.join("ctr"))
-                .arg("--address")
-                .arg(self.socket())
-                .arg("version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if ok {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "containerd not ready within {timeout:?}; log:\n{}",
-                    self.log_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// The node directory (config, log, root, state).
+    /// The node's directory (config, log, state).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.containerd.dir()
     }
 
-    /// The gRPC socket (CRI is served on it too).
+    /// The CRI (= containerd gRPC) socket.
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("containerd.sock")
+        self.containerd.socket()
     }
 
-    /// containerd's pid.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
-    /// The last 60 lines of containerd's log.
-    pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(60)..].join("\n")
-    }
-
-    /// Runs `ctr --address <socket> -n k8s.io <args>`.
-    pub fn ctr(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(self.bin_dir.join("ctr"))
-            .arg("--address")
-            .arg(self.socket())
-            .args(["-n", "k8s.io"])
-            .args(args)
-            .output()
-            .context("running ctr")?;
+    /// Imports an image archive into namespace `k8s.io`, where CRI looks.
+    pub fn import(&self, archive: &Path) -> Result<()> {
+        let out = integration::output_with_timeout(
+            self.containerd
+                .ctr_ns("k8s.io")
+                .args(["image", "import"])
+                .arg(archive),
+            Duration::from_secs(120),
+        )?;
         ensure!(
             out.status.success(),
-            "ctr {args:?} failed: {}",
+            "ctr -n k8s.io image import {} failed: {}",
+            archive.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// Imports an OCI archive into namespace `k8s.io` (where CRI looks).
-    pub fn import(&self, archive: &Path) -> Result<()> {
-        let archive = archive.to_str().context("non-UTF-8 archive path")?;
-        self.ctr(&["image", "import", archive]).map(drop)
-    }
-
-    /// Stops containerd (SIGTERM, then SIGKILL after 10 s); the node directory stays.
-    pub fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        // SAFETY: kill(2) on the pid of a child we started and have not reaped yet.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while child.try_wait()?.is_none() {
-            if Instant::now() >= deadline {
-                child.kill()?;
-                child.wait()?;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
         Ok(())
     }
 
-    /// Stops containerd and starts it again with the same directory and config (as a node
-    /// restart after a config change).
-    pub fn restart(mut self) -> Result<Self> {
-        self.stop()?;
-        self.unmount_leftovers();
-        let (version, layout) = (self.version, self.layout);
-        let dir = tempfile::Builder::new().prefix("cri-unused-").tempdir()?;
-        let node_dir = std::mem::replace(&mut self.dir, dir);
-        drop(self);
-        Self::start_with_config(version, layout, node_dir)
+    /// The containerd log tail, for error messages.
+    pub fn log_tail(&self) -> String {
+        self.containerd.log_tail(40)
     }
 
-    /// Mounts left below the node dir in this namespace (snapshot mounts of a crashed run).
-    fn unmount_leftovers(&self) {
-        let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
-            return;
-        };
-        let prefix = self.dir.path().to_string_lossy().into_owned();
-        let mut points: Vec<&str> = info
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4))
-            .filter(|p| p.starts_with(&prefix))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for p in points {
-            if let Ok(c) = std::ffi::CString::new(p) {
-                // SAFETY: umount2 with a valid C string; MNT_DETACH cannot leave state behind.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    /// Stops this containerd (by its pid) and starts a new one on the same directory and
+    /// config, as a node restart after a config change (hybrid layout only). The returned
+    /// guard stops the new process; drop it before the node.
+    pub fn restart(&self) -> Result<Restarted> {
+        ensure!(
+            self.layout == Layout::Hybrid,
+            "restart is supported on the host layout only"
+        );
+        let pid = nix::unistd::Pid::from_raw(self.containerd.pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)
+            .context("stopping containerd")?;
+        let gone = integration::wait_for(Duration::from_secs(15), || {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.containerd.pid()))
+                .unwrap_or_default();
+            (stat.is_empty() || stat.contains(") Z")).then_some(())
+        });
+        ensure!(
+            gone.is_some(),
+            "containerd {} did not stop within 15 s",
+            self.containerd.pid()
+        );
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir().join("containerd.log"))?;
+        let path = format!(
+            "{}:{}:{}",
+            integration::shim_bin_dir().display(),
+            self.containerd.bin_dir().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = Command::new(self.containerd.bin_dir().join("containerd"))
+            .arg("--config")
+            .arg(self.dir().join("config.toml"))
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("restarting containerd")?;
+        let restarted = Restarted { child: Some(child) };
+        let up = integration::wait_for(Duration::from_secs(30), || {
+            integration::output_with_timeout(
+                self.containerd.ctr().arg("version"),
+                Duration::from_secs(5),
+            )
+            .ok()
+            .filter(|o| o.status.success())
+            .map(drop)
+        });
+        if up.is_none() {
+            bail!(
+                "containerd did not come back after the restart; log:\n{}",
+                self.log_tail()
+            );
+        }
+        Ok(restarted)
+    }
+}
+
+/// A containerd started by [`Node::restart`]; stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Restarted {
+    child: Option<Child>,
+}
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            if integration::wait_for(Duration::from_secs(10), || child.try_wait().ok().flatten())
+                .is_none()
+            {
+                let _ = child.kill();
+                let _ = child.wait();
             }
         }
     }
 }
 
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        if let Err(e) = self.stop() {
-            eprintln!("cri-tests: stopping containerd: {e:#}");
-        }
-        self.unmount_leftovers();
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Node({:?}, {:?}, cni {})",
+            self.containerd.version(),
+            self.layout,
+            self.cni.path().display()
+        )
+    }
+}
+
+/// The image archives the CRI tests import.
+#[derive(Debug, Clone)]
+pub struct Images {
+    /// Pause (sandbox) image.
+    pub pause: PathBuf,
+    /// Busybox-style native image.
+    pub busybox: PathBuf,
+    /// spin-in-container image of the CPU load app.
+    pub spin_cpu: PathBuf,
+}
+
+impl Images {
+    /// Builds the archives into `dir`: pause and busybox through the integration crate,
+    /// spin-cpu from `tests/apps/spin-cpu` (needs `scripts/build-apps.sh` first).
+    pub fn build(dir: &Path) -> Result<Self> {
+        let base = integration::images::TestImages::build(dir)?;
+        let app = integration::workspace_root().join("tests/apps/spin-cpu");
+        let spin_cpu = dir.join("spin-cpu.tar");
+        oci_image_builder::spin::container_image(SPIN_CPU_IMAGE, &app, &[])
+            .with_context(|| {
+                format!(
+                    "building {SPIN_CPU_IMAGE} from {} (fix: scripts/build-apps.sh)",
+                    app.display()
+                )
+            })?
+            .write_archive(&spin_cpu)?;
+        Ok(Images {
+            pause: base.pause,
+            busybox: base.busybox,
+            spin_cpu,
+        })
+    }
+
+    /// Every archive.
+    pub fn all(&self) -> [&Path; 3] {
+        [&self.pause, &self.busybox, &self.spin_cpu]
     }
 }

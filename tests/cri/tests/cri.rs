@@ -3,10 +3,10 @@
 //! 1.6 and 1.7. One containerd per version/layout; on v1 the runc control runs first and
 //! must show the seed failure, so the test demonstrably tells the two apart.
 //!
-//! Needs: `cargo build --release -p oci-image-builder -p containerd-shim-spin-v2`,
-//! `scripts/build-apps.sh` (spin_cpu.wasm), gcc and busybox-static (tests/images/build.sh).
+//! Needs: `cargo build --release -p containerd-shim-spin-v2`, `scripts/build-apps.sh`
+//! (spin_cpu.wasm, wasi-hello.wasm), gcc and busybox-static (the pause and busybox images).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -15,66 +15,32 @@ use anyhow::{bail, ensure, Context, Result};
 use cri_tests::cgroups::{self, Layout};
 use cri_tests::cri::Cri;
 use cri_tests::kubelet::{CgroupDriver, QosClass};
-use cri_tests::node::{self, Containerd, Version, PAUSE_IMAGE};
+use cri_tests::node::{
+    ContainerdVersion, Images, Node, BUSYBOX_IMAGE, PAUSE_IMAGE, SPIN_CPU_IMAGE,
+};
 use cri_tests::scenario;
 
-const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:test";
-const SPIN_IMAGE: &str = "docker.io/library/spin-cpu:test";
 const LOAD: Duration = Duration::from_secs(3);
 
 /// The scenarios measure CPU: run them one at a time on these 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Image archives, built once per test run.
-struct Images {
-    pause: PathBuf,
-    busybox: PathBuf,
-    spin_cpu: PathBuf,
-}
-
+/// Image archives, built once per test run (in a temp dir kept for the process lifetime).
 fn images() -> Result<&'static Images> {
-    static IMAGES: OnceLock<std::result::Result<Images, String>> = OnceLock::new();
+    static IMAGES: OnceLock<std::result::Result<(tempfile::TempDir, Images), String>> =
+        OnceLock::new();
     IMAGES
-        .get_or_init(|| build_images().map_err(|e| format!("{e:#}")))
+        .get_or_init(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("cri-images-")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            let imgs = Images::build(dir.path()).map_err(|e| format!("{e:#}"))?;
+            Ok((dir, imgs))
+        })
         .as_ref()
+        .map(|(_, i)| i)
         .map_err(|e| anyhow::anyhow!("building the test images: {e}"))
-}
-
-fn build_images() -> Result<Images> {
-    let release = node::release_dir();
-    let builder = release.join("oci-image-builder");
-    ensure!(
-        builder.exists(),
-        "{} missing (fix: cargo build --release -p oci-image-builder)",
-        builder.display()
-    );
-    let out = release.join("cri-images");
-    let status = Command::new("bash")
-        .arg(node::repo_root().join("tests/images/build.sh"))
-        .env("OUT", &out)
-        .env("SHIM_BIN_DIR", &release)
-        .status()
-        .context("running tests/images/build.sh")?;
-    ensure!(status.success(), "tests/images/build.sh failed");
-    let app = node::repo_root().join("tests/apps/spin-cpu");
-    let spin_cpu = out.join("spin-cpu.tar");
-    let o = Command::new(&builder)
-        .args(["spin-container", "--name", SPIN_IMAGE, "--app"])
-        .arg(&app)
-        .arg("-o")
-        .arg(&spin_cpu)
-        .output()
-        .context("running oci-image-builder spin-container")?;
-    ensure!(
-        o.status.success(),
-        "oci-image-builder spin-container failed (fix: scripts/build-apps.sh builds spin_cpu.wasm): {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Ok(Images {
-        pause: out.join("pause.tar"),
-        busybox: out.join("busybox.tar"),
-        spin_cpu,
-    })
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -87,18 +53,18 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Starts a node and imports the images; returns it with a connected CRI client.
 async fn node_with_images(
-    version: Version,
+    version: ContainerdVersion,
     layout: Layout,
     with_spin: bool,
-) -> Result<(Containerd, Cri)> {
+) -> Result<(Node, Cri)> {
     let imgs = images()?;
-    let node = Containerd::start(version, layout, with_spin)?;
-    for archive in [&imgs.pause, &imgs.busybox, &imgs.spin_cpu] {
+    let node = Node::start(version, layout, with_spin)?;
+    for archive in imgs.all() {
         node.import(archive)?;
     }
     let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
     let known = cri.list_images().await?;
-    for want in [PAUSE_IMAGE, BUSYBOX_IMAGE, SPIN_IMAGE] {
+    for want in [PAUSE_IMAGE, BUSYBOX_IMAGE, SPIN_CPU_IMAGE] {
         ensure!(
             known.iter().any(|k| k == want),
             "CRI does not list {want}: {known:?}"
@@ -109,13 +75,13 @@ async fn node_with_images(
 
 /// The runc control: the seed failure must show (container outside the pod cgroup, pod
 /// cgroup CPU near 0 while the container burned CPU).
-async fn runc_control(node: &Containerd, cri: &mut Cri) -> Result<()> {
+async fn runc_control(node: &Node, cri: &mut Cri) -> Result<()> {
     let logs = node.dir().join("pod-logs");
     let imgs_burner = BUSYBOX_IMAGE;
     let f = scenario::runc_control_scenario(cri, imgs_burner, &logs, LOAD).await?;
     println!(
         "runc control ({:?}, cgroupfs driver, kubelet systemd parent): container cgroup {} cpu {:.3}s, pod cgroup cpu {:.3}s",
-        node.version,
+        node.containerd.version(),
         f.container_cgroup,
         f.container_cpu_ns as f64 / 1e9,
         f.pod_cpu_ns as f64 / 1e9
@@ -146,7 +112,7 @@ async fn runc_control(node: &Containerd, cri: &mut Cri) -> Result<()> {
 }
 
 /// The Spin pod with both kubelet cgroup drivers.
-async fn spin_pods(node: &Containerd, cri: &mut Cri) -> Result<()> {
+async fn spin_pods(node: &Node, cri: &mut Cri) -> Result<()> {
     let logs = node.dir().join("pod-logs");
     for (driver, qos) in [
         (CgroupDriver::Systemd, QosClass::Burstable),
@@ -158,7 +124,7 @@ async fn spin_pods(node: &Containerd, cri: &mut Cri) -> Result<()> {
             driver,
             qos,
             "spin",
-            SPIN_IMAGE,
+            SPIN_CPU_IMAGE,
             &logs,
             LOAD,
         )
@@ -166,14 +132,15 @@ async fn spin_pods(node: &Containerd, cri: &mut Cri) -> Result<()> {
         .with_context(|| {
             format!(
                 "spin pod, {driver} driver, {qos:?}, {:?} on {:?}",
-                node.version, node.layout
+                node.containerd.version(),
+                node.layout
             )
         })
         .map_err(|e| anyhow::anyhow!("{e:#}\ncontainerd log:\n{}", node.log_tail()))?;
         println!(
             "spin ({:?}, {:?}, {driver} {qos:?}): {} requests; container {} cpu {:.3}s; pod cpu {:.3}s ({:.1}%); \
              pod working set {} B; CRI cpu {:.3}s / list {:.3}s; CRI working set {} B",
-            node.version,
+            node.containerd.version(),
             node.layout,
             f.requests,
             f.container_cgroup,
@@ -189,7 +156,7 @@ async fn spin_pods(node: &Containerd, cri: &mut Cri) -> Result<()> {
     Ok(())
 }
 
-fn matrix_case(version: Version, layout: Layout) -> Result<()> {
+fn matrix_case(version: ContainerdVersion, layout: Layout) -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     runtime().block_on(async {
         let (node, mut cri) = node_with_images(version, layout, true).await?;
@@ -204,22 +171,22 @@ fn matrix_case(version: Version, layout: Layout) -> Result<()> {
 
 #[test]
 fn v1_containerd_1_6() -> Result<()> {
-    matrix_case(Version::V1_6, Layout::Hybrid)
+    matrix_case(ContainerdVersion::V1_6, Layout::Hybrid)
 }
 
 #[test]
 fn v1_containerd_1_7() -> Result<()> {
-    matrix_case(Version::V1_7, Layout::Hybrid)
+    matrix_case(ContainerdVersion::V1_7, Layout::Hybrid)
 }
 
 #[test]
 fn v2_containerd_1_6() -> Result<()> {
-    matrix_case(Version::V1_6, Layout::Unified)
+    matrix_case(ContainerdVersion::V1_6, Layout::Unified)
 }
 
 #[test]
 fn v2_containerd_1_7() -> Result<()> {
-    matrix_case(Version::V1_7, Layout::Unified)
+    matrix_case(ContainerdVersion::V1_7, Layout::Unified)
 }
 
 /// The node installer against a live containerd: a node without the spin runtime, the
@@ -228,49 +195,27 @@ fn v2_containerd_1_7() -> Result<()> {
 fn installer_then_restart_runs_a_spin_pod() -> Result<()> {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     runtime().block_on(async {
-        let (node, mut cri) = node_with_images(Version::V1_6, Layout::Hybrid, false).await?;
+        let (node, mut cri) =
+            node_with_images(ContainerdVersion::V1_6, Layout::Hybrid, false).await?;
         // Before: the handler is unknown to containerd.
         let logs = node.dir().join("pod-logs");
-        let before = scenario::spin_pod_scenario(
-            &mut cri,
-            Layout::Hybrid,
-            CgroupDriver::Systemd,
-            QosClass::Burstable,
-            "spin",
-            SPIN_IMAGE,
-            &logs,
-            LOAD,
-        )
-        .await;
+        let before = burstable_spin_pod(&mut cri, &logs).await;
         match before {
             Ok(_) => bail!("a spin pod ran before the installer added the runtime"),
             Err(e) => ensure!(
-                format!("{e:#}").contains("no runtime for \"spin\""),
+                format!("{e:#}").contains("no runtime for"),
                 "unexpected failure before the install: {e:#}"
             ),
         }
         let bin_dir = node.dir().join("node-bin");
-        let shim = node::release_dir().join("containerd-shim-spin-v2");
-        ensure!(
-            shim.exists(),
-            "{} missing (fix: cargo build --release -p containerd-shim-spin-v2)",
-            shim.display()
-        );
+        let shim = integration::require_shim()?;
         run_installer(&node.dir().join("config.toml"), &bin_dir, &shim)?;
-        let node = node.restart()?;
+        let restarted = node.restart()?;
         let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
-        let f = scenario::spin_pod_scenario(
-            &mut cri,
-            Layout::Hybrid,
-            CgroupDriver::Systemd,
-            QosClass::Burstable,
-            "spin",
-            SPIN_IMAGE,
-            &logs,
-            LOAD,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e:#}\ncontainerd log:\n{}", node.log_tail()))?;
+        let f = burstable_spin_pod(&mut cri, &logs)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}\ncontainerd log:\n{}", node.log_tail()))?;
+        drop(restarted);
         println!(
             "after install + restart: spin pod served {} requests, pod cpu {:.3}s",
             f.requests,
@@ -280,9 +225,24 @@ fn installer_then_restart_runs_a_spin_pod() -> Result<()> {
     })
 }
 
+/// The Spin pod (systemd driver, Burstable) on the host layout.
+async fn burstable_spin_pod(cri: &mut Cri, logs: &Path) -> Result<scenario::SpinFigures> {
+    scenario::spin_pod_scenario(
+        cri,
+        Layout::Hybrid,
+        CgroupDriver::Systemd,
+        QosClass::Burstable,
+        "spin",
+        SPIN_CPU_IMAGE,
+        logs,
+        LOAD,
+    )
+    .await
+}
+
 fn run_installer(config: &Path, bin_dir: &Path, shim: &Path) -> Result<()> {
     let out = Command::new("sh")
-        .arg(node::repo_root().join("deployments/node-installer/install-node.sh"))
+        .arg(integration::workspace_root().join("deployments/node-installer/install-node.sh"))
         .args(["--host-root", "/", "--distro", "containerd", "--no-restart"])
         .arg("--config")
         .arg(config)
