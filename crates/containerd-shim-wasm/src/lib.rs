@@ -4,6 +4,7 @@
 
 pub mod executor;
 pub mod logging;
+pub mod oom;
 pub mod service;
 pub mod shim;
 pub mod state;

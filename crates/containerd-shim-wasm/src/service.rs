@@ -11,7 +11,7 @@ use containerd_shim::asynchronous::ExitSignal;
 use containerd_shim::monitor::{Subject, Topic};
 use containerd_shim::protos::api;
 use containerd_shim::protos::events::task::{
-    TaskCreate, TaskDelete, TaskExit, TaskIO, TaskPaused, TaskResumed, TaskStart,
+    TaskCreate, TaskDelete, TaskExit, TaskIO, TaskOOM, TaskPaused, TaskResumed, TaskStart,
 };
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
@@ -266,7 +266,7 @@ impl Service {
         };
         let mut persisted = Persisted {
             id: req.id.clone(),
-            state_root: state::state_root(&self.inner.namespace, &req.id),
+            state_root: state::state_root(&bundle),
             placement,
             rootfs_mounted,
             pid: None,
@@ -435,6 +435,23 @@ impl Task for Service {
         };
         self.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(ev))
             .await;
+        let (svc, handle, id) = (
+            self.clone(),
+            tokio::runtime::Handle::current(),
+            req.id.clone(),
+        );
+        crate::oom::watch(&ctr.persisted.placement, move || {
+            let (svc, id) = (svc.clone(), id.clone());
+            handle.spawn(async move {
+                tracing::debug!(%id, "OOM kill in the container's cgroup");
+                let ev = TaskOOM {
+                    container_id: id,
+                    ..Default::default()
+                };
+                svc.publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(ev))
+                    .await;
+            });
+        });
         if let Some(exit) = early {
             self.record_exit(&ctr, exit).await;
         }

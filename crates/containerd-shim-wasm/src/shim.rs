@@ -90,7 +90,7 @@ impl Shim for SpinShim {
             }
             Ok(None) => {
                 // Nothing saved (create never got far): remove a state root if any.
-                let root = state::state_root(&self.namespace, &self.id);
+                let root = state::state_root(&bundle);
                 let _ = std::fs::remove_dir_all(root);
             }
             Err(e) => tracing::warn!(id = %self.id, "delete: {e:#}"),

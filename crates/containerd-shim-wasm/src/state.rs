@@ -57,13 +57,13 @@ impl Persisted {
     }
 }
 
-/// The libcontainer state root for a container: a short hash of namespace and id under
-/// the state dir.
-pub fn state_root(namespace: &str, id: &str) -> PathBuf {
+/// The libcontainer state root for a container: a short hash of its bundle path (unique
+/// per containerd instance, namespace and id) under the state dir.
+pub fn state_root(bundle: &Path) -> PathBuf {
     let base = std::env::var_os("SPIN_SHIM_STATE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-    let digest = Sha256::digest(format!("{namespace}/{id}").as_bytes());
+    let digest = Sha256::digest(bundle.as_os_str().as_encoded_bytes());
     base.join(&hex::encode(digest)[..16])
 }
 
@@ -161,10 +161,11 @@ mod tests {
 
     #[test]
     fn state_root_is_short_and_stable() {
-        let id = "a".repeat(64);
-        let r1 = state_root("k8s.io", &id);
-        assert_eq!(r1, state_root("k8s.io", &id));
-        assert_ne!(r1, state_root("default", &id));
+        let b1 = PathBuf::from(format!("/tmp/x/state/k8s.io/{}", "a".repeat(64)));
+        let b2 = PathBuf::from(format!("/tmp/y/state/k8s.io/{}", "a".repeat(64)));
+        let r1 = state_root(&b1);
+        assert_eq!(r1, state_root(&b1));
+        assert_ne!(r1, state_root(&b2));
         // notify socket path libcontainer creates must fit sockaddr_un.
         let sock = r1.join(LIBCONTAINER_ID).join("notify.sock");
         assert!(sock.as_os_str().len() < 108, "{}", sock.display());
