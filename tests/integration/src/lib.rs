@@ -381,7 +381,12 @@ state = "{state}"
 
     /// Runs `ctr <args>` and fails (with stderr and the log tail) unless it succeeds.
     pub fn ctr_ok(&self, args: &[&str]) -> Result<String> {
-        let out = self.ctr_output(args, Duration::from_secs(60))?;
+        self.ctr_ok_in(NAMESPACE, args)
+    }
+
+    /// [`Containerd::ctr_ok`] in containerd namespace `ns` (CRI uses `k8s.io`).
+    pub fn ctr_ok_in(&self, ns: &str, args: &[&str]) -> Result<String> {
+        let out = output_with_timeout(self.ctr_ns(ns).args(args), Duration::from_secs(60))?;
         if !out.status.success() {
             bail!(
                 "ctr {} failed ({}): {}\ncontainerd log tail:\n{}",
@@ -398,6 +403,11 @@ state = "{state}"
     /// (adds `--all-platforms`; on containerd 1.6 also `--no-unpack`, as it cannot unpack
     /// non-tar layers).
     pub fn import(&self, archive: &Path, wasm_platform: bool) -> Result<String> {
+        self.import_in(NAMESPACE, archive, wasm_platform)
+    }
+
+    /// [`Containerd::import`] into containerd namespace `ns` (CRI uses `k8s.io`).
+    pub fn import_in(&self, ns: &str, archive: &Path, wasm_platform: bool) -> Result<String> {
         let a = archive.to_string_lossy();
         let mut args = vec!["image", "import"];
         if wasm_platform {
@@ -407,7 +417,7 @@ state = "{state}"
             }
         }
         args.push(&a);
-        self.ctr_ok(&args)
+        self.ctr_ok_in(ns, &args)
     }
 
     /// The host pid of a task (from `ctr task ls`), if it is listed.
