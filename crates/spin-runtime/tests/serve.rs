@@ -139,7 +139,7 @@ fn cpu_app_computes_fib() {
 #[test]
 fn files_are_mounted_read_only_with_excludes() {
     let app = prepare_app("spin-files");
-    let server = Server::start(app.path(), &[]);
+    let mut server = Server::start(app.path(), &[]);
     let r = server.get("/static/hello.txt");
     assert_eq!(
         (r.status, r.text().as_str()),
@@ -163,6 +163,13 @@ fn files_are_mounted_read_only_with_excludes() {
         "asset content\n"
     );
     assert!(!app.path().join("assets/new.txt").exists());
+    // Glob-mounted files were staged under TMPDIR; a graceful exit removes them.
+    let tmp = server.tmp_dir.path().to_path_buf();
+    let staged = || std::fs::read_dir(&tmp).unwrap().count();
+    assert_eq!(staged(), 1);
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(staged(), 0);
 }
 
 #[test]

@@ -84,6 +84,8 @@ pub struct Server {
     pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
     /// A compile cache dir this server owns (removed after the process is gone).
     own_cache: Option<tempfile::TempDir>,
+    /// The server's TMPDIR (staged component files).
+    pub tmp_dir: tempfile::TempDir,
 }
 
 impl Server {
@@ -102,7 +104,10 @@ impl Server {
         extra_env: &[(&str, &str)],
         cache_dir: &Path,
     ) -> Server {
+        // Staged files go to a dir this server owns, so nothing outlives the test.
+        let tmp_dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+        cmd.env("TMPDIR", tmp_dir.path());
         cmd.arg(app_dir)
             .args(["--listen", "127.0.0.1:0"])
             .env("SPIN_SHIM_COMPILE_CACHE_DIR", cache_dir)
@@ -150,6 +155,7 @@ impl Server {
             addr,
             stderr: log,
             own_cache: None,
+            tmp_dir,
         }
     }
 
@@ -185,9 +191,16 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // SIGTERM first so the server removes what it staged; SIGKILL if it hangs.
         if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+            if self.wait_exit(Duration::from_secs(10)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
         }
     }
 }
