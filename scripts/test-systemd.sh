@@ -18,6 +18,7 @@
 #   SYSTEMD_NODE_HANDLER   RuntimeClass handler under test (default spin)
 #   SYSTEMD_NODE_LOAD_SECS seconds of HTTP load (default 4)
 #   SYSTEMD_NODE_KEEP_LOGS directory to copy the node's journal to (default target/systemd-node)
+#   SYSTEMD_NODE_SCENARIO  the scenario binary (default target/release/systemd-node-scenario)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,11 +52,14 @@ logs_dir="${SYSTEMD_NODE_KEEP_LOGS:-$target/systemd-node}"
 
 # The node-side binaries (no-ops when make build already built them).
 log "building systemd-node-scenario and oci-image-builder (release)"
-cargo build --release --quiet -p systemd-node-tests -p oci-image-builder
-scenario="$target/release/systemd-node-scenario"
+cargo build --release --quiet -p oci-image-builder || die "building oci-image-builder failed"
+if [ -z "${SYSTEMD_NODE_SCENARIO:-}" ]; then
+    cargo build --release --quiet -p systemd-node-tests || die "building systemd-node-tests failed"
+fi
+scenario="${SYSTEMD_NODE_SCENARIO:-$target/release/systemd-node-scenario}"
 builder="$target/release/oci-image-builder"
 # containerd 1.6's ctr drops the PSI fields of the v2 metrics message; 1.7's ctr shows them.
-ctr17_dir="$(bash scripts/install-containerd-1.7.sh)"
+ctr17_dir="$(bash scripts/install-containerd-1.7.sh)" || die "scripts/install-containerd-1.7.sh failed"
 ctr17="$ctr17_dir/ctr"
 [ -x "$ctr17" ] || die "no ctr in $ctr17_dir (scripts/install-containerd-1.7.sh)"
 
@@ -63,7 +67,9 @@ ctr17="$ctr17_dir/ctr"
 work="$(mktemp -d /tmp/test-systemd.XXXXXX)"
 # shellcheck source=systemd-node/node.sh
 source "$repo/scripts/systemd-node/node.sh"
-host_cgroups_before="$(ls -d /sys/fs/cgroup/unified/*/ /sys/fs/cgroup/systemd/*/ /sys/fs/cgroup/*/ 2>/dev/null | sort)"
+# Top-level cgroups, to find what a run might leave at the hierarchy roots.
+top_cgroups() { find /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort || true; }
+host_cgroups_before="$(top_cgroups)"
 cleanup() {
     local rc=$? status
     trap - EXIT INT TERM
@@ -72,8 +78,8 @@ cleanup() {
         node_sh journalctl --no-pager -o short-monotonic >"$logs_dir/node-journal.log" 2>&1 || true
         [ -n "$NODE_DIR" ] && cp "$NODE_DIR/console.log" "$logs_dir/node-console.log" 2>/dev/null
         if [ "$rc" != 0 ]; then
-            log "node journal (node-containerd, last 60 lines; full journal in $logs_dir/node-journal.log):"
-            node_sh journalctl --no-pager -n 60 -u node-containerd >&2 || true
+            log "node journal (node-containerd, last 40 lines; full journal in $logs_dir/node-journal.log):"
+            node_sh journalctl --no-pager -u node-containerd | grep -v 'loading plugin' | tail -n 40 >&2 || true
         fi
     fi
     local t_down
@@ -82,8 +88,7 @@ cleanup() {
     rm -rf "$work"
     # Nothing of the node may remain on the host.
     local left
-    left="$(comm -13 <(echo "$host_cgroups_before") \
-        <(ls -d /sys/fs/cgroup/unified/*/ /sys/fs/cgroup/systemd/*/ /sys/fs/cgroup/*/ 2>/dev/null | sort) | grep -E 'systemd-node|payload|supervisor' || true)"
+    left="$(comm -13 <(echo "$host_cgroups_before") <(top_cgroups) | grep -E 'systemd-node|payload|supervisor' || true)"
     [ -z "$left" ] || { log "cgroups left on the host: $left"; rc=1; }
     if grep -q ' /tmp/systemd-node\.' /proc/self/mountinfo; then log "mounts left on the host"; rc=1; fi
     status=$([ "$rc" = 0 ] && echo PASS || echo FAIL)
@@ -95,11 +100,11 @@ trap 'exit 130' INT TERM
 
 # --- images ------------------------------------------------------------------------------
 t=$(date +%s.%N)
-# Pause: CRI kills the sandbox with SIGKILL, so any long sleeper serves (busybox-static).
-[ -x /bin/busybox ] || die "/bin/busybox missing: apt-get install busybox-static (scripts/setup.sh installs it)"
-"$builder" native --name localhost/pause:test -o "$work/pause.tar" \
-    --file /bin/busybox:/bin/busybox --entrypoint /bin/busybox --cmd sleep --cmd infinity >/dev/null
-"$builder" spin-container --name localhost/spin-cpu:test --app "$repo/tests/apps/spin-cpu" -o "$work/spin-cpu.tar" >/dev/null
+# pause (static C program), busybox and wasi-hello archives, by tests/images/build.sh.
+OUT="$work" SHIM_BIN_DIR="$target/release" GUEST_APPS_DIR="$apps_dir" bash tests/images/build.sh >/dev/null \
+    || die "tests/images/build.sh failed"
+"$builder" spin-container --name localhost/spin-cpu:test --app "$repo/tests/apps/spin-cpu" -o "$work/spin-cpu.tar" >/dev/null \
+    || die "building the spin-cpu image failed"
 log "images built in $(elapsed "$t")s"
 
 # --- node --------------------------------------------------------------------------------

@@ -95,7 +95,10 @@ node_boot() {
     mkdir "$NODE_CG2_ROOT/$NODE_CGROUP" || return 1
     [ -n "$NODE_CGSD_ROOT" ] && { mkdir "$NODE_CGSD_ROOT/$NODE_CGROUP" || return 1; }
 
-    local binds=() p
+    # containerd's overlayfs snapshots cannot have their upper layer on the node's overlay
+    # root (EINVAL): its root directory is a plain host directory, bound in.
+    mkdir -p "$NODE_DIR/containerd-root"
+    local binds=("--bind=$NODE_DIR/containerd-root:/var/lib/node-containerd") p
     for p in ${NODE_BIND_RO:-}; do binds+=("--bind-ro=$p"); done
     (
         echo "$BASHPID" >"$NODE_CG2_ROOT/$NODE_CGROUP/cgroup.procs"

@@ -283,7 +283,7 @@ pub async fn systemd_case(cfg: &Config) -> Result<SystemdFigures> {
     }
     println!("  after removal: no scope unit, no scope cgroup");
     drop(slice);
-    systemd::wait_unloaded(&slice_unit, Duration::from_secs(10))?;
+    systemd::wait_inactive(&slice_unit, Duration::from_secs(10))?;
     check_cgroup_gone(&parent)?;
     Ok(figures)
 }

@@ -69,6 +69,25 @@ pub fn wait_unloaded(unit: &str, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Polls until `unit` is inactive (stopped; systemd may keep an inactive slice loaded while
+/// its parents reference it), at most `timeout`.
+pub fn wait_inactive(unit: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let props = show(unit, &["ActiveState"])?;
+        if props.get("ActiveState").map(String::as_str) == Some("inactive") {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "unit {unit} is not inactive {timeout:?} after it was stopped:\n{}",
+                status_text(unit)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The parent slice of a slice unit by systemd's naming rule (`a-b-c.slice` -> `a-b.slice`,
 /// `a.slice` -> `-.slice`).
 pub fn parent_slice(slice: &str) -> Option<String> {
