@@ -339,6 +339,27 @@ fn rewrite_spec_cgroups(
     spec.set_linux(Some(linux));
 }
 
+/// Applies new resource settings to the container's cgroup through youki's cgroup manager
+/// for the placement's path and driver.
+pub fn apply_resources(
+    placement: &Placement,
+    res: &libcontainer::oci_spec::runtime::LinuxResources,
+) -> anyhow::Result<()> {
+    use libcgroups::common::CgroupManager;
+    let mgr = libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
+        cgroup_path: PathBuf::from(placement.youki_cgroups_path()),
+        systemd_cgroup: placement.youki_systemd(),
+        container_name: LIBCONTAINER_ID.to_string(),
+    })?;
+    mgr.apply(&libcgroups::common::ControllerOpt {
+        resources: res,
+        disable_oom_killer: false,
+        oom_score_adj: None,
+        freezer_state: None,
+    })?;
+    Ok(())
+}
+
 /// Reads `SystemdCgroup` from the runtime options containerd passes (runc-style
 /// `containerd.runc.v1.Options`, or CRI's `runtimeoptions.v1.Options` with a TOML body).
 pub fn systemd_option(options: Option<&Any>) -> anyhow::Result<Option<bool>> {
@@ -692,25 +713,10 @@ impl Task for Service {
             })?;
         cgroup_placement::filter_resources(&self.inner.host, &mut res);
         let placement = c.persisted.placement.clone();
-        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            use libcgroups::common::CgroupManager;
-            let mgr =
-                libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
-                    cgroup_path: PathBuf::from(placement.youki_cgroups_path()),
-                    systemd_cgroup: placement.youki_systemd(),
-                    container_name: LIBCONTAINER_ID.to_string(),
-                })?;
-            mgr.apply(&libcgroups::common::ControllerOpt {
-                resources: &res,
-                disable_oom_killer: false,
-                oom_score_adj: None,
-                freezer_state: None,
-            })?;
-            Ok(())
-        })
-        .await
-        .map_err(internal)?
-        .map_err(|e| internal(format!("update: applying resources: {e:#}")))?;
+        tokio::task::spawn_blocking(move || apply_resources(&placement, &res))
+            .await
+            .map_err(internal)?
+            .map_err(|e| internal(format!("update: applying resources: {e:#}")))?;
         Ok(api::Empty::new())
     }
 
@@ -814,6 +820,57 @@ impl Task for Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Removes the test's cgroup and the parent it created, also on failure.
+    struct CgroupGuard(Placement, String);
+    impl Drop for CgroupGuard {
+        fn drop(&mut self) {
+            let _ = self.0.remove();
+            for (_, d) in self.0.v1_dirs() {
+                let root = d.ancestors().nth(1).map(Path::to_path_buf);
+                if let Some(p) = root.filter(|p| p.ends_with(&self.1)) {
+                    let _ = std::fs::remove_dir(p);
+                }
+            }
+            if let Some(p) = self
+                .0
+                .unified_dir()
+                .and_then(|d| d.parent().map(Path::to_path_buf))
+            {
+                if p.ends_with(&self.1) {
+                    let _ = std::fs::remove_dir(p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn update_applies_memory_limit_to_the_container_cgroup() {
+        let host = Host::detect().unwrap();
+        if host
+            .v1_hierarchies()
+            .iter()
+            .all(|(c, _)| !c.split(',').any(|c| c == "memory"))
+        {
+            eprintln!("skipped: no cgroup v1 memory hierarchy on this host");
+            return;
+        }
+        let parent = format!("spin-shim-test-{}", std::process::id());
+        let path = format!("/{parent}/c1");
+        let placement = cgroup_placement::decide(Some(&path), "c1", None, &host).unwrap();
+        let _guard = CgroupGuard(placement.clone(), parent);
+        placement.create().unwrap();
+        let res: libcontainer::oci_spec::runtime::LinuxResources =
+            serde_json::from_str(r#"{"memory":{"limit":33554432}}"#).unwrap();
+        apply_resources(&placement, &res).unwrap();
+        let (_, mem) = placement
+            .v1_dirs()
+            .into_iter()
+            .find(|(c, _)| c == "memory")
+            .unwrap();
+        let limit = std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap();
+        assert_eq!(limit.trim(), "33554432");
+    }
 
     #[test]
     fn reads_runtimeoptions_body() {
