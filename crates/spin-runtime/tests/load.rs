@@ -174,3 +174,37 @@ fn unknown_import_is_named_at_load() {
     assert!(e.contains("fermyon:spin/llm@2.0.0"), "{e}");
     assert!(e.contains("cannot be linked"), "{e}");
 }
+
+#[test]
+fn runtime_config_from_env() {
+    let dir = std::path::Path::new("/app");
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let cfg = RuntimeConfig::from_env(dir, &env(&[])).unwrap();
+    assert_eq!(cfg.listen.to_string(), "0.0.0.0:80");
+    assert_eq!(cfg.max_instance_memory, None);
+    assert_eq!(cfg.host.app_dir, dir);
+    let cfg = RuntimeConfig::from_env(
+        dir,
+        &env(&[
+            ("SPIN_HTTP_LISTEN_ADDR", "127.0.0.1:3000"),
+            ("SPIN_MAX_INSTANCE_MEMORY", "1048576"),
+            ("SPIN_SHIM_COMPILE_CACHE_DIR", "/tmp/some-cache"),
+            ("FOO", "bar"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(cfg.listen.to_string(), "127.0.0.1:3000");
+    assert_eq!(cfg.max_instance_memory, Some(1 << 20));
+    assert_eq!(
+        cfg.compile_cache.unwrap().dir(),
+        std::path::Path::new("/tmp/some-cache")
+    );
+    assert_eq!(cfg.host.env.get("FOO").map(String::as_str), Some("bar"));
+    let err = RuntimeConfig::from_env(dir, &env(&[("SPIN_HTTP_LISTEN_ADDR", ":80")])).unwrap_err();
+    assert!(err.to_string().contains("SPIN_HTTP_LISTEN_ADDR"), "{err}");
+}
