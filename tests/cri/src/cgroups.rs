@@ -259,6 +259,22 @@ pub fn process_cgroup(pid: u32, layout: Layout) -> Result<String> {
         .with_context(|| format!("no {layout:?} entry in {file}: {text}"))
 }
 
+/// The v1 cgroup of process `pid` in the hierarchy holding `controller` (e.g. `cpu`).
+pub fn process_v1_cgroup(pid: u32, controller: &str) -> Result<String> {
+    let file = format!("/proc/{pid}/cgroup");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+    text.lines()
+        .find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_string())
+        })
+        .with_context(|| format!("no {controller} entry in {file}: {text}"))
+}
+
 /// Picks the relevant entry of a `/proc/<pid>/cgroup` text (see [`process_cgroup`]).
 pub fn parse_proc_cgroup(text: &str, layout: Layout) -> Option<String> {
     text.lines().find_map(|line| {

@@ -107,6 +107,36 @@ pub fn cri_cgroups_path(cgroup_parent: &str, id: &str) -> String {
     }
 }
 
+/// kubelet's CPU request -> `cpu_shares` conversion (`milliCPU * 1024 / 1000`, minimum 2).
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    (milli * 1024 / 1000).max(2)
+}
+
+/// kubelet's CPU limit -> CFS quota for `period_us` (`milliCPU * period / 1000`, minimum
+/// 1000 us); 0 (no quota) without a limit.
+pub fn milli_cpu_to_quota(milli: i64, period_us: i64) -> i64 {
+    if milli == 0 {
+        0
+    } else {
+        (milli * period_us / 1000).max(1000)
+    }
+}
+
+/// The seed sample's CPU resources for a pod of class `qos`, as kubelet sends them in
+/// `LinuxContainerResources`: (cpu_shares, cpu_quota) with period 100 ms. Burstable:
+/// requests 100m / limits 500m; Guaranteed: 500m / 500m; BestEffort: none (shares 2).
+pub fn sample_cpu_resources(qos: QosClass) -> (i64, i64) {
+    let (request, limit) = match qos {
+        QosClass::Burstable => (100, 500),
+        QosClass::Guaranteed => (500, 500),
+        QosClass::BestEffort => (0, 0),
+    };
+    (
+        milli_cpu_to_shares(request),
+        milli_cpu_to_quota(limit, 100_000),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +185,14 @@ mod tests {
                 format!("/kubepods/besteffort/pod{UID}"),
             ]
         );
+    }
+
+    #[test]
+    fn cpu_conversions() {
+        assert_eq!(sample_cpu_resources(QosClass::Burstable), (102, 50_000));
+        assert_eq!(sample_cpu_resources(QosClass::Guaranteed), (512, 50_000));
+        assert_eq!(sample_cpu_resources(QosClass::BestEffort), (2, 0));
+        assert_eq!(milli_cpu_to_quota(1, 100_000), 1000);
     }
 
     #[test]

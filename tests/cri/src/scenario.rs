@@ -272,6 +272,10 @@ pub struct SpinFigures {
     pub cri_working_set: u64,
     /// The container's cgroup (cpuacct on v1, unified on v2).
     pub container_cgroup: String,
+    /// The sandbox id (for leak checks after the teardown).
+    pub sandbox_id: String,
+    /// The container id (for leak checks after the teardown).
+    pub container_id: String,
 }
 
 /// Runs the Spin CPU app in a kubelet-style pod with `handler`, loads it, checks every
@@ -290,7 +294,7 @@ pub async fn spin_pod_scenario(
 ) -> Result<SpinFigures> {
     let name = format!("spin-cpu-{driver}");
     let mut pod = KubeletPod::start(cri, layout, driver, qos, handler, &name, log_root).await?;
-    let result = spin_pod_checks(cri, &mut pod, image, load_for).await;
+    let result = spin_pod_checks(cri, &mut pod, qos, image, load_for).await;
     let (figures, container) = match result {
         Ok(v) => v,
         Err(e) => {
@@ -308,6 +312,7 @@ pub async fn spin_pod_scenario(
 async fn spin_pod_checks(
     cri: &mut Cri,
     pod: &mut KubeletPod,
+    qos: QosClass,
     image: &str,
     load_for: Duration,
 ) -> Result<(SpinFigures, (String, u32))> {
@@ -319,6 +324,8 @@ async fn spin_pod_checks(
         image: image.to_string(),
         command: vec!["/".into()],
         envs: vec![("SPIN_HTTP_LISTEN_ADDR".into(), addr.to_string())],
+        cpu_shares: kubelet::sample_cpu_resources(qos).0,
+        cpu_quota: kubelet::sample_cpu_resources(qos).1,
         ..Default::default()
     };
     let id = cri
@@ -346,6 +353,21 @@ async fn spin_pod_checks(
             pod_cpu_ns as f64 >= 0.9 * container_cpu_ns as f64,
             "pod cgroup CPU {pod_cpu_ns} ns < 90% of the container's {container_cpu_ns} ns"
         );
+        // The limit kubelet sent (CFS quota) is in force on v1, where the cpu controller
+        // exists (the simulated v2 host has none: the shim skips it there).
+        let (_, quota) = kubelet::sample_cpu_resources(qos);
+        if pod.layout == Layout::Hybrid && quota > 0 {
+            let cpu = cgroups::v1_hierarchy(&pod.cgroups.hierarchies, "cpu").context("no v1 cpu hierarchy")?;
+            let dir = cgroups::cgroup_dir(cpu, &cgroups::process_v1_cgroup(pid, "cpu")?);
+            let set = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                .with_context(|| format!("reading {}/cpu.cfs_quota_us", dir.display()))?;
+            ensure!(
+                set.trim() == quota.to_string(),
+                "container CPU quota is {} in {}, kubelet asked for {quota}",
+                set.trim(),
+                dir.display()
+            );
+        }
         let pod_working_set = if pod.layout == Layout::Hybrid {
             let ws = pod.cgroups.memory_working_set()?;
             ensure!(ws > 0, "pod memory working set is 0");
@@ -376,6 +398,8 @@ async fn spin_pod_checks(
             cri_list_cpu_ns,
             cri_working_set,
             container_cgroup,
+            sandbox_id: pod.sandbox_id.clone(),
+            container_id: id.clone(),
         })
     }
     .await;

@@ -116,7 +116,8 @@ async fn spin_pods(node: &Node, cri: &mut Cri) -> Result<()> {
     let logs = node.dir().join("pod-logs");
     for (driver, qos) in [
         (CgroupDriver::Systemd, QosClass::Burstable),
-        (CgroupDriver::Cgroupfs, QosClass::Guaranteed),
+        (CgroupDriver::Systemd, QosClass::Guaranteed),
+        (CgroupDriver::Cgroupfs, QosClass::Burstable),
     ] {
         let f = scenario::spin_pod_scenario(
             cri,
@@ -152,7 +153,32 @@ async fn spin_pods(node: &Node, cri: &mut Cri) -> Result<()> {
             f.cri_list_cpu_ns as f64 / 1e9,
             f.cri_working_set
         );
+        no_leftovers(node, &[&f.sandbox_id, &f.container_id])?;
     }
+    Ok(())
+}
+
+/// After a pod's removal: no shim serves this containerd any more and no mount (as
+/// containerd sees them) names the pod's sandbox or container.
+fn no_leftovers(node: &Node, ids: &[&str]) -> Result<()> {
+    let clean = integration::wait_for(Duration::from_secs(10), || {
+        node.containerd.shim_pids().is_empty().then_some(())
+    });
+    ensure!(
+        clean.is_some(),
+        "shims still running after the pods were removed: {:?}",
+        node.containerd.shim_pids()
+    );
+    let mounts: Vec<String> = node
+        .containerd
+        .mounts()
+        .into_iter()
+        .filter(|m| ids.iter().any(|id| m.contains(id)))
+        .collect();
+    ensure!(
+        mounts.is_empty(),
+        "mounts left after the pod's removal: {mounts:?}"
+    );
     Ok(())
 }
 
