@@ -1,7 +1,7 @@
 //! Vendors the Spin WIT packages for `wasmtime::component::bindgen!`.
 //!
 //! The WIT files are not retyped: they are copied from the published `spin-sdk` crate
-//! (pinned in this crate's `Cargo.toml` as a never-built dependency, so that `Cargo.lock`
+//! (pinned in this crate's `Cargo.toml` as a WASI-only, never-built dependency, so that `Cargo.lock`
 //! pins its exact version and cargo knows where its source is). The copies land in
 //! `crates/spin-runtime/wit/deps/` (git-ignored by `wit/.gitignore`), beside our own world
 //! `wit/host.wit`, because `bindgen!` resolves its `path` relative to the manifest directory.
@@ -92,6 +92,9 @@ fn locate_sdk(manifest_dir: &Path) -> PathBuf {
     let mut cmd = Command::new(&cargo);
     cmd.arg("metadata")
         .arg("--format-version=1")
+        // spin-sdk is a WASI-only dependency; filtering keeps cargo from fetching the
+        // packages of every other platform (e.g. Windows) as an unfiltered query would.
+        .arg("--filter-platform=wasm32-wasip2")
         .arg("--manifest-path")
         .arg(manifest_dir.join("Cargo.toml"));
     if std::env::var_os("CARGO_NET_OFFLINE").is_some_and(|v| v == "true") {
