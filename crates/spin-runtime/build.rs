@@ -1,14 +1,15 @@
 //! Vendors the Spin WIT packages for `wasmtime::component::bindgen!`.
 //!
 //! The WIT files are not retyped: they are copied from the published `spin-sdk` crate
-//! (pinned in this crate's `Cargo.toml` as a WASI-only, never-built dependency, so that `Cargo.lock`
-//! pins its exact version and cargo knows where its source is). The copies land in
+//! (pinned in this crate's `Cargo.toml` as a WASI-only, never-built dependency, so that
+//! `Cargo.lock` pins its exact version and cargo knows where its source is). The copies land in
 //! `crates/spin-runtime/wit/deps/` (git-ignored by `wit/.gitignore`), beside our own world
 //! `wit/host.wit`, because `bindgen!` resolves its `path` relative to the manifest directory.
 //!
 //! Where the SDK source is found, in order:
 //! 1. `SPIN_SDK_WIT_DIR`: a directory holding the SDK's `wit/` layout (offline builds).
-//! 2. `cargo metadata` for this crate (which also downloads the crate if it is missing).
+//! 2. `cargo metadata --filter-platform wasm32-wasip2` for this crate (which also downloads
+//!    the crate if it is missing).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
