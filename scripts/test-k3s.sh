@@ -9,6 +9,8 @@
 # Both then deploy the RuntimeClass and the sample (Deployment + Service + HPA; K3s ships
 # metrics-server), apply load and assert that `kubectl top pod` moves and the HPA scales.
 # Env: K3D_CLUSTER (default spin-shim), K3S_TAG (k3d node base, default v1.30.4-k3s1),
+#      K3D_STATIC_SHIM (statically linked shim for the glibc-less k3s image; default
+#      target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2),
 #      KEEP_CLUSTER=1 keeps the k3d cluster.
 set -euo pipefail
 source "$(dirname "$0")/../deployments/e2e/common.sh"
@@ -22,8 +24,15 @@ case "$mode" in
     k3d)
         e2e_require k3d
         cluster="${K3D_CLUSTER:-spin-shim}"
+        # k3s node images have no glibc: they need a statically linked shim.
+        static_shim="${K3D_STATIC_SHIM:-$REPO/target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2}"
+        [ -x "$static_shim" ] || e2e_die "k3d nodes need a static shim at $static_shim (fix: build one for x86_64-unknown-linux-musl with a static libseccomp, or set K3D_STATIC_SHIM; or use K3S_MODE=host)"
+        ctx="$(mktemp -d)"
+        e2e_on_exit rm -rf "$ctx"
+        objcopy --strip-debug "$static_shim" "$ctx/containerd-shim-spin-v2"
+        cp "$REPO/deployments/k3d/config.toml.tmpl" "$ctx/"
         docker build -f "$REPO/deployments/k3d/Dockerfile" --build-arg "K3S_TAG=${K3S_TAG:-v1.30.4-k3s1}" \
-            -t k3s-spin:dev "$REPO"
+            -t k3s-spin:dev "$ctx"
         if ! k3d cluster list "$cluster" >/dev/null 2>&1; then
             k3d cluster create "$cluster" --image k3s-spin:dev --agents 1 --wait
         fi

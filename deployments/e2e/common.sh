@@ -33,9 +33,13 @@ e2e_build() {
 
 # Builds the node-installer image and the spin-cpu image with docker.
 e2e_images() {
-    docker build -f "$REPO/deployments/node-installer/Dockerfile" \
-        -t containerd-shim-spin-v2-node-installer:dev "$REPO"
     local ctx
+    ctx="$(mktemp -d)"
+    objcopy --strip-debug "$REPO/target/release/containerd-shim-spin-v2" "$ctx/containerd-shim-spin-v2"
+    cp "$REPO/deployments/node-installer/install-node.sh" "$ctx/"
+    docker build -f "$REPO/deployments/node-installer/Dockerfile" \
+        -t containerd-shim-spin-v2-node-installer:dev "$ctx"
+    rm -rf "$ctx"
     ctx="$(mktemp -d)"
     cp "$REPO/tests/apps/target/wasm32-wasip2/release/spin_cpu.wasm" "$ctx/"
     sed 's|^source = .*|source = "spin_cpu.wasm"|' "$REPO/tests/apps/spin-cpu/spin.toml" >"$ctx/spin.toml"

@@ -22,6 +22,7 @@
 #   --no-restart      do not restart containerd (the caller does)
 # Environment: HOST_ROOT, SHIM_SOURCE, NODE_DISTRO, CONTAINERD_CONFIG, SHIM_BIN_DIR, RESTART=none
 #   RESTART_CMD  command that restarts the node's containerd (overrides the distro default)
+#   VERIFY_SHIM=0  skip running `containerd-shim-spin-v2 -v` on the node after the copy
 #   CONTAINERD_MAJOR  1 or 2 when a config file does not exist yet and the containerd binary
 #                     cannot be found to ask (decides the config layout to write)
 set -eu
@@ -88,6 +89,17 @@ install_shim "$bin_dir"
 # k0s runs containerd with its own bin directory on PATH.
 [ "$distro" = k0s ] && install_shim /var/lib/k0s/bin
 shim_path="$bin_dir/containerd-shim-spin-v2"
+
+# The shim links glibc and libseccomp dynamically: make sure it runs on this node.
+if [ "${VERIFY_SHIM:-1}" = 1 ]; then
+    if [ -z "$host_root" ]; then
+        out="$("$shim_path" -v 2>&1)" || ok=no
+    else
+        out="$(chroot "$host_root" "$shim_path" -v 2>&1)" || ok=no
+    fi
+    [ "${ok:-yes}" = yes ] || die "the installed shim does not run on this node: $out (fix: install libseccomp2 on the node, or build the shim against the node's glibc)"
+    log "shim runs on the node: $out"
+fi
 
 # --- config layout ------------------------------------------------------------------------
 # Prints the config `version` of file $1 (0 when it has none).
