@@ -68,6 +68,8 @@ struct Ctr {
     persisted: Persisted,
     phase: Mutex<Phase>,
     exit: watch::Sender<Option<Exit>>,
+    /// Held while starting, so TaskExit is never published before TaskStart.
+    starting: tokio::sync::Mutex<()>,
 }
 
 impl Ctr {
@@ -185,6 +187,7 @@ impl Service {
     }
 
     async fn record_exit(&self, c: &Ctr, exit: Exit) {
+        let _starting = c.starting.lock().await;
         if c.exit().is_some() {
             return;
         }
@@ -317,6 +320,7 @@ impl Service {
             persisted,
             phase: Mutex::new(Phase::Created),
             exit: tx,
+            starting: tokio::sync::Mutex::new(()),
         });
         Ok(ctr)
     }
@@ -490,6 +494,8 @@ impl Task for Service {
         if !req.exec_id.is_empty() {
             return Err(unsupported("exec"));
         }
+        let ctr = self.get(&req.id)?;
+        let _starting = ctr.starting.lock().await;
         let c = self
             .transition(&req.id, Phase::Created, Phase::Running, "start", |c| {
                 c.start()
