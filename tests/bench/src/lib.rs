@@ -1,0 +1,1 @@
+//! shim-bench
