@@ -1,0 +1,157 @@
+//! Spin apps through `ctr run --runtime io.containerd.spin.v2` (smoke tests of issue 5's
+//! image forms): the spin-in-container image of `tests/apps/spin-hello` on containerd 1.6
+//! and 1.7, and the Spin OCI artifact form on containerd 1.7 (1.6 cannot `ctr run` them).
+//! Each serves HTTP on a loopback port of the host network and ends with status 0 on SIGTERM.
+//! Run as root: `cargo test --release -p integration --test spin -- --nocapture`.
+
+use anyhow::{ensure, Context, Result};
+use integration::{
+    require_root, require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard,
+    CgroupMode, Containerd, ContainerdVersion,
+};
+use oci_image_builder::spin::{self, FileLayout};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1:port; returns (status, body).
+fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("not an HTTP response: {resp:?}"))?;
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_string();
+    Ok((status, body))
+}
+
+/// Imports `archive`, runs it detached on the host network with the app listening on a
+/// free loopback port, checks `/hello` answers from the `hello` component, then SIGTERM.
+fn serve_and_stop(c: &Containerd, archive: &std::path::Path, name: &str, wasm: bool) -> Result<()> {
+    c.import(archive, wasm)?;
+    let id = unique("spin");
+    let root = unique("spintest-");
+    let _guard = CgroupGuard::new(&root);
+    let port = free_port();
+    let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
+    let cgroup = format!("/{root}/{id}");
+    let runtime = test_runtime();
+    let r = (|| {
+        c.ctr_ok(&[
+            "run",
+            "-d",
+            "--net-host",
+            "--runtime",
+            &runtime,
+            "--cgroup",
+            &cgroup,
+            "--env",
+            &listen,
+            name,
+            &id,
+            "/",
+        ])?;
+        c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
+        let got = wait_for(Duration::from_secs(30), || http_get(port, "/hello").ok());
+        let (status, body) = got.with_context(|| {
+            format!(
+                "no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",
+                c.log_tail(20)
+            )
+        })?;
+        ensure!(
+            status == 200 && body.contains("component=hello"),
+            "GET /hello: {status} {body:?}"
+        );
+        c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &id])?;
+        let st = wait_for(Duration::from_secs(20), || {
+            c.task_list()
+                .ok()?
+                .into_iter()
+                .find(|t| t.0 == id && t.2 == "STOPPED")
+        });
+        ensure!(
+            st.is_some(),
+            "the Spin task did not stop within 20 s of SIGTERM"
+        );
+        // `ctr task delete` reports a non-zero exit status either as its own exit code
+        // (older ctr) or as a "non-zero exit code N" warning on stderr (newer ctr).
+        let del = c.ctr_output(&["task", "delete", &id], Duration::from_secs(30))?;
+        let stderr = String::from_utf8_lossy(&del.stderr);
+        ensure!(
+            del.status.code() == Some(0) && !stderr.contains("non-zero exit code"),
+            "a Spin app ended by SIGTERM should exit 0; `ctr task delete` gave {:?}: {stderr}",
+            del.status.code()
+        );
+        Ok(())
+    })();
+    c.force_remove(&id);
+    r
+}
+
+fn spin_container(version: ContainerdVersion) -> Result<()> {
+    require_shim()?;
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(version, CgroupMode::Host)?;
+    let app = workspace_root().join("tests/apps/spin-hello");
+    let name = "docker.io/library/spin-hello:container";
+    let tar = dir.path().join("c.tar");
+    spin::container_image(name, &app, &[])?.write_archive(&tar)?;
+    serve_and_stop(&c, &tar, name, false)
+}
+
+#[test]
+fn spin_in_container_image_serves_http_on_containerd_1_6() {
+    if !require_root("spin_in_container_image_serves_http_on_containerd_1_6") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    spin_container(ContainerdVersion::V1_6).unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn spin_in_container_image_serves_http_on_containerd_1_7() {
+    if !require_root("spin_in_container_image_serves_http_on_containerd_1_7") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    spin_container(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn spin_artifact_serves_http_on_containerd_1_7() {
+    if !require_root("spin_artifact_serves_http_on_containerd_1_7") {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let r = (|| {
+        require_shim()?;
+        let dir = tempfile::tempdir()?;
+        let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+        let app = workspace_root().join("tests/apps/spin-hello");
+        let name = "docker.io/library/spin-hello:artifact";
+        let tar = dir.path().join("a.tar");
+        spin::artifact_image(name, &app, FileLayout::Simple)?.write_archive(&tar)?;
+        serve_and_stop(&c, &tar, name, true)
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
