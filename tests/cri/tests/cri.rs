@@ -25,21 +25,16 @@ const LOAD: Duration = Duration::from_secs(3);
 /// The scenarios measure CPU: run them one at a time on these 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Image archives, built once per test run (in a temp dir kept for the process lifetime).
+/// Image archives, built once per test run into `<release dir>/cri-images` (rewritten by
+/// every run, so nothing accumulates).
 fn images() -> Result<&'static Images> {
-    static IMAGES: OnceLock<std::result::Result<(tempfile::TempDir, Images), String>> =
-        OnceLock::new();
+    static IMAGES: OnceLock<std::result::Result<Images, String>> = OnceLock::new();
     IMAGES
         .get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("cri-images-")
-                .tempdir()
-                .map_err(|e| e.to_string())?;
-            let imgs = Images::build(dir.path()).map_err(|e| format!("{e:#}"))?;
-            Ok((dir, imgs))
+            Images::build(&integration::shim_bin_dir().join("cri-images"))
+                .map_err(|e| format!("{e:#}"))
         })
         .as_ref()
-        .map(|(_, i)| i)
         .map_err(|e| anyhow::anyhow!("building the test images: {e}"))
 }
 
