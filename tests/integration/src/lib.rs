@@ -100,6 +100,17 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
+/// For a root-only test: `None` (after a loud skip message) when not root; otherwise a
+/// guard serialising such tests within the test binary (one containerd at a time on
+/// these 2-core machines).
+pub fn root_test(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if !require_root(test) {
+        return None;
+    }
+    Some(SERIAL.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
 /// Checks that the shim binary exists, with the command that builds it.
 pub fn require_shim() -> Result<PathBuf> {
     let p = shim_bin_dir().join("containerd-shim-spin-v2");

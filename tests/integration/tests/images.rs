@@ -5,15 +5,11 @@
 
 use anyhow::{ensure, Context, Result};
 use integration::{
-    guest_apps_dir, require_root, workspace_root, CgroupMode, Containerd, ContainerdVersion,
-    TestImages,
+    guest_apps_dir, workspace_root, CgroupMode, Containerd, ContainerdVersion, TestImages,
 };
 use oci_image_builder::spin::{self, FileLayout, LABEL_LOCKED_APP_DIGEST, MEDIA_TYPE_LOCKED_APP};
 use oci_image_builder::{read_archive, Image};
 use std::path::Path;
-use std::sync::Mutex;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Writes `img` into `dir`, imports it and checks containerd lists it and serves the
 /// manifest's blobs byte for byte.
@@ -122,18 +118,16 @@ fn all_forms(version: ContainerdVersion) -> Result<()> {
 
 #[test]
 fn ctr_imports_every_form_on_containerd_1_6() {
-    if !require_root("ctr_imports_every_form_on_containerd_1_6") {
+    let Some(_s) = integration::root_test("ctr_imports_every_form_on_containerd_1_6") else {
         return;
-    }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     all_forms(ContainerdVersion::V1_6).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 #[test]
 fn ctr_imports_every_form_on_containerd_1_7() {
-    if !require_root("ctr_imports_every_form_on_containerd_1_7") {
+    let Some(_s) = integration::root_test("ctr_imports_every_form_on_containerd_1_7") else {
         return;
-    }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     all_forms(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
 }

@@ -7,19 +7,15 @@ use anyhow::{bail, ensure, Context, Result};
 use integration::cgroups::{cgroup_exists, proc_cgroups};
 use integration::images::{BUSYBOX, PAUSE, WASI_HELLO, WASI_HELLO_P1};
 use integration::{
-    require_root, require_shim, test_runtime, unique, wait_child, wait_for, CgroupGuard,
-    CgroupMode, Containerd, ContainerdVersion, TestImages,
+    require_shim, test_runtime, unique, wait_child, wait_for, CgroupGuard, CgroupMode, Containerd,
+    ContainerdVersion, TestImages,
 };
 use std::process::{Output, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// argv[0] of the WASI hello image: `ctr run` replaces the whole argv (entrypoint
 /// included) with the arguments after the container id.
 const HELLO: &str = "/wasi-hello.wasm";
-
-/// One containerd at a time: the machine has 2 cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 struct Leg {
     c: Containerd,
@@ -363,10 +359,9 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 fn run_leg(name: &str, version: ContainerdVersion, mode: CgroupMode) {
-    if !require_root(name) {
+    let Some(_serial) = integration::root_test(name) else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     let only = std::env::var("SHIM_SCENARIO").ok();
     let leg = Leg::start(version, mode).unwrap_or_else(|e| panic!("{name}: setup failed: {e:#}"));
     let mut failures = Vec::new();
@@ -426,10 +421,9 @@ fn containerd_1_7_unified_namespace() {
 /// containerd fd behind (containerd 1.7, host cgroups).
 #[test]
 fn fifty_cycles_leave_nothing_behind() {
-    if !require_root("fifty_cycles_leave_nothing_behind") {
+    let Some(_serial) = integration::root_test("fifty_cycles_leave_nothing_behind") else {
         return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     let l = Leg::start(ContainerdVersion::V1_7, CgroupMode::Host).expect("setup");
     let cycles: usize = std::env::var("LEAK_CYCLES")
         .ok()

@@ -6,16 +6,13 @@
 
 use anyhow::{ensure, Context, Result};
 use integration::{
-    require_root, require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard,
-    CgroupMode, Containerd, ContainerdVersion,
+    require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard, CgroupMode,
+    Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin::{self, FileLayout};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Mutex;
 use std::time::Duration;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -121,28 +118,27 @@ fn spin_container(version: ContainerdVersion) -> Result<()> {
 
 #[test]
 fn spin_in_container_image_serves_http_on_containerd_1_6() {
-    if !require_root("spin_in_container_image_serves_http_on_containerd_1_6") {
+    let Some(_s) = integration::root_test("spin_in_container_image_serves_http_on_containerd_1_6")
+    else {
         return;
-    }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     spin_container(ContainerdVersion::V1_6).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 #[test]
 fn spin_in_container_image_serves_http_on_containerd_1_7() {
-    if !require_root("spin_in_container_image_serves_http_on_containerd_1_7") {
+    let Some(_s) = integration::root_test("spin_in_container_image_serves_http_on_containerd_1_7")
+    else {
         return;
-    }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     spin_container(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 #[test]
 fn spin_artifact_serves_http_on_containerd_1_7() {
-    if !require_root("spin_artifact_serves_http_on_containerd_1_7") {
+    let Some(_s) = integration::root_test("spin_artifact_serves_http_on_containerd_1_7") else {
         return;
-    }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    };
     let r = (|| {
         require_shim()?;
         let dir = tempfile::tempdir()?;
