@@ -8,7 +8,7 @@ RELEASE_DIR := $(CARGO_TARGET_DIR)/release
 export SHIM_BIN_DIR := $(RELEASE_DIR)
 export GUEST_APPS_DIR := $(CURDIR)/tests/apps/target/wasm32-wasip2/release
 
-.PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd \
+.PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd test-kind test-k3s \
         demo bench bench-http bench-start clean
 
 all: build
@@ -43,7 +43,14 @@ test-integration: build apps
 	$(CARGO) test --release -p integration
 
 test-cri: build apps
-	$(CARGO) test --release -p integration --test cri -- --nocapture
+	$(CARGO) test --release -p cri-tests -- --nocapture
+
+## test-kind / test-k3s: end-to-end on real clusters (needs kind / k3s or k3d, kubectl; not on CI)
+test-kind: build
+	@bash scripts/test-kind.sh
+
+test-k3s: build
+	@bash scripts/test-k3s.sh
 
 test-systemd: build apps
 	@bash scripts/test-systemd.sh
