@@ -1,6 +1,26 @@
 //! Library behind `containerd-shim-spin-v2`: the containerd Task service, containers on
 //! youki's libcontainer (created by a single-threaded helper forked before tokio), cgroup
 //! placement through the `cgroup-placement` crate, and the WASI/Spin/native executors.
+//!
+//! # Behaviour others rely on
+//! - `start` prints only the ttrpc address (`unix:///run/containerd/s/<sha256>`); containers
+//!   whose `io.kubernetes.cri.sandbox-id` annotations are equal share one server process.
+//! - Per container the shim keeps `<bundle>/spin-shim-state.json` (placement, libcontainer
+//!   state root, rootfs mount, init pid) and a libcontainer state root
+//!   `/run/spin-shim/<16 hex of sha256(bundle path)>` (base overridable with
+//!   `SPIN_SHIM_STATE_DIR`); both are removed on delete, by the server or by the
+//!   `delete` subcommand (which answers exit status 137).
+//! - Executors: `*.wasm` entrypoint -> WASI (exit code = program's, trap or load error ->
+//!   [`wasi::TRAP_EXIT_CODE`] 134 with the message on stderr, SIGTERM/SIGINT -> 128+signal);
+//!   `/` with `/spin.toml` -> Spin engine; ELF or `#!` -> native exec; else create fails
+//!   naming the entrypoint. wasip2 components built by current Rust report any non-zero
+//!   `exit(n)` as 1 (they import `wasi:cli/exit.exit`, not `exit-with-code`).
+//! - Exec, checkpoint and terminals are refused ("... not supported by io.containerd.spin.v2").
+//! - Events: TaskCreate, TaskStart, TaskExit, TaskDelete, TaskPaused, TaskResumed, TaskOOM.
+//! - Logging: the server logs to the bundle's `log` FIFO (containerd's log); level from
+//!   `RUST_LOG`, default [`logging::DEFAULT_FILTER`].
+
+#![warn(missing_docs)]
 
 pub mod executor;
 pub mod logging;
