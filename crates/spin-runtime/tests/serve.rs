@@ -263,3 +263,32 @@ fn second_start_uses_compile_cache() {
     assert!(log.contains("compile cache hit"), "{log}");
     assert!(!log.contains("compile cache miss"), "{log}");
 }
+
+#[test]
+fn locked_app_json_is_served_like_the_manifest() {
+    let wasm = guest_wasm("spin_hello.wasm");
+    let dir = tempfile::tempdir().unwrap();
+    let locked = serde_json::json!({
+        "spin_lock_version": 0,
+        "metadata": {"name": "locked-hello", "version": "9.9.9"},
+        "triggers": [{"id": "t", "trigger_type": "http",
+                      "trigger_config": {"route": "/greet/...", "component": "hello"}}],
+        "components": [{
+            "id": "hello",
+            "source": {"content_type": "application/wasm",
+                       "source": format!("file://{}", wasm.display())},
+            "env": {"COMPONENT": "from-lock"}
+        }]
+    });
+    let path = dir.path().join("locked.json");
+    std::fs::write(&path, locked.to_string()).unwrap();
+    let server = Server::start(&path, &[]);
+    let r = server.get("/greet/x");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.field("component").as_deref(), Some("from-lock"));
+    assert_eq!(r.field("spin-path-info").as_deref(), Some("/x"));
+    assert_eq!(server.get("/other").status, 404);
+    let info: serde_json::Value =
+        serde_json::from_slice(&server.get("/.well-known/spin/info").body).unwrap();
+    assert_eq!(info["name"], "locked-hello");
+}

@@ -1,5 +1,7 @@
-//! `spin-serve <app-dir> [--listen ADDR]`: serves a Spin app directory (holding
-//! `spin.toml`) on a local port without containerd, for development, tests and benchmarks.
+//! `spin-serve <app-dir | spin.toml | locked-app.json> [--listen ADDR]`: serves a Spin
+//! app (a directory holding `spin.toml`, a manifest, or a locked-app JSON whose content
+//! is referenced by `file://` URL or inline) on a local port without containerd, for
+//! development, tests and benchmarks.
 //!
 //! Prints `spin-serve: listening on http://ADDR` on stdout once the port is bound (with
 //! `--listen 127.0.0.1:0` a free port is chosen). SIGTERM/SIGINT drain and exit 0.
@@ -7,7 +9,9 @@
 use std::path::PathBuf;
 
 fn usage() -> ! {
-    eprintln!("usage: spin-serve <app-dir | spin.toml> [--listen 127.0.0.1:PORT]");
+    eprintln!(
+        "usage: spin-serve <app-dir | spin.toml | locked-app.json> [--listen 127.0.0.1:PORT]"
+    );
     std::process::exit(2)
 }
 
@@ -23,18 +27,12 @@ fn main() {
             _ => usage(),
         }
     }
-    let Some(mut app_dir) = app_dir else { usage() };
-    if app_dir.is_file() {
-        app_dir = app_dir
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
-    }
+    let Some(source) = app_dir else { usage() };
     let mut env: Vec<(String, String)> = std::env::vars().collect();
     if let Some(l) = listen {
         env.push((spin_runtime::runtime::LISTEN_ENV.to_string(), l));
     }
-    match run(&app_dir, &env) {
+    match run(&source, &env) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("spin-serve: {e:#}");
@@ -43,10 +41,27 @@ fn main() {
     }
 }
 
-fn run(app_dir: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+fn run(source: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32> {
     use anyhow::Context;
     spin_runtime::init_tracing(env);
-    let app = spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))?;
+    let (app, app_dir) = if source.is_dir() {
+        let app = spin_runtime::App::load_manifest(&source.join(spin_runtime::MANIFEST_FILE))?;
+        (app, source.to_path_buf())
+    } else {
+        let dir = match source.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let app = if source.extension().is_some_and(|e| e == "json") {
+            let bytes = std::fs::read(source)
+                .with_context(|| format!("cannot read locked app {}", source.display()))?;
+            spin_runtime::App::from_locked_json(&bytes, &spin_runtime::app::FileUrlResolver)?
+        } else {
+            spin_runtime::App::load_manifest(source)?
+        };
+        (app, dir)
+    };
+    let app_dir = app_dir.as_path();
     let config = spin_runtime::RuntimeConfig::from_env(app_dir, env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
