@@ -65,6 +65,19 @@ fn start_failure(app_dir: &Path, env: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// The server's stderr once it contains `needle` (its reader thread may lag behind the
+/// HTTP response); after 10 s, whatever it holds.
+fn log_with(server: &Server, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = server.stderr.lock().unwrap().clone();
+        if log.contains(needle) || Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn send(server: &Server, method: &str, path: &str, body: &[u8]) -> HttpResponse {
     request(server.addr, method, path, body)
 }
@@ -200,7 +213,7 @@ fn variables_precedence_templates_and_errors() {
     );
 
     // The secret's value never reaches the log, although its resolution is logged.
-    let log = server.stderr.lock().unwrap().clone();
+    let log = log_with(&server, "api_token");
     assert!(
         log.contains("api_token"),
         "variable resolution not logged:\n{log}"
@@ -316,7 +329,7 @@ fn outbound_allowed_host_reaches_upstream_and_others_are_denied() {
         "a denied call got through"
     );
 
-    let log = server.stderr.lock().unwrap().clone();
+    let log = log_with(&server, &format!("http://127.0.0.1:{other}"));
     assert!(
         log.contains("allowed_outbound_hosts") && log.contains("component `outbound`"),
         "denial not explained in the log:\n{log}"
