@@ -120,3 +120,41 @@ impl Drop for CgroupGuard {
         }
     }
 }
+
+/// Mount point of the v1 hierarchy carrying `controller` (e.g. `cpuacct`), if any.
+pub fn v1_hierarchy(controller: &str) -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut f = post.split(' ');
+        let (fstype, _src, opts) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup" && opts.split(',').any(|o| o == controller))
+            .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap_or_default()))
+    })
+}
+
+/// Total CPU time (ns) of the cgroup at `path`: from the unified hierarchy's `cpu.stat`
+/// (`usage_usec`, present in every v2 cgroup) when `unified`, else v1 `cpuacct.usage`.
+pub fn cpu_usage_ns(path: &str, unified: bool) -> Result<u64> {
+    let rel = path.trim_start_matches('/');
+    if unified {
+        let p = PathBuf::from("/sys/fs/cgroup/unified")
+            .join(rel)
+            .join("cpu.stat");
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        let usec = text
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
+            .with_context(|| format!("{} has no usage_usec", p.display()))?;
+        Ok(usec * 1000)
+    } else {
+        let h = v1_hierarchy("cpuacct").context("no v1 cpuacct hierarchy on this host")?;
+        let p = h.join(rel).join("cpuacct.usage");
+        let text =
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("{} is not a number", p.display()))
+    }
+}

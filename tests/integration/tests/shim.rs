@@ -4,7 +4,7 @@
 //! Run as root: `cargo test --release -p integration --test shim -- --nocapture`.
 
 use anyhow::{bail, ensure, Context, Result};
-use integration::cgroups::{cgroup_exists, proc_cgroups};
+use integration::cgroups::{cgroup_exists, cpu_usage_ns, proc_cgroups};
 use integration::images::{BUSYBOX, PAUSE, WASI_HELLO, WASI_HELLO_P1};
 use integration::{
     require_shim, test_runtime, unique, wait_child, wait_for, CgroupGuard, CgroupMode, Containerd,
@@ -287,12 +287,13 @@ fn ls_ps_metrics(l: &Leg) -> Result<()> {
     r
 }
 
-/// Runs a sleeping Wasm task at `cgroups_path` and checks /proc/<pid>/cgroup shows
-/// `expected`; then deletes it and checks the container cgroup is gone.
+/// Runs a CPU-burning Wasm task at `cgroups_path` and checks /proc/<pid>/cgroup shows
+/// `expected` and the pod cgroup accounts its CPU time (the seed bug: pod read 0); then
+/// deletes it and checks the container cgroup is gone.
 fn placement(l: &Leg, id: &str, cgroups_path: &str, pod: &str, expected: &str) -> Result<()> {
     let _pod_guard = CgroupGuard::new(pod);
     let r = (|| {
-        let pid = l.run_detached(id, cgroups_path, WASI_HELLO, &[HELLO, "sleep", "60"])?;
+        let pid = l.run_detached(id, cgroups_path, WASI_HELLO, &[HELLO, "burn", "60"])?;
         let lines = proc_cgroups(pid)?;
         let relevant: Vec<_> = lines
             .iter()
@@ -303,6 +304,17 @@ fn placement(l: &Leg, id: &str, cgroups_path: &str, pod: &str, expected: &str) -
         ensure!(
             wrong.is_empty(),
             "task pid {pid} should be in {expected} in every hierarchy; wrong: {wrong:?}"
+        );
+        let unified = l.c.mode() == CgroupMode::UnifiedNamespace;
+        let pod_ns = wait_for(Duration::from_secs(10), || {
+            cpu_usage_ns(pod, unified)
+                .ok()
+                .filter(|ns| *ns >= 300_000_000)
+        });
+        ensure!(
+            pod_ns.is_some(),
+            "pod cgroup {pod} should account the burning task's CPU (>= 0.3 s within 10 s), reads {:?} ns",
+            cpu_usage_ns(pod, unified)
         );
         Ok(())
     })();
