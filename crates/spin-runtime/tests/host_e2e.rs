@@ -206,6 +206,12 @@ fn variables_precedence_templates_and_errors() {
     // wasi:config/store sees the same component variables.
     assert_eq!(server.get("/greeting?via=wasi").text(), "hi-spin");
     assert_eq!(server.get("/nope?via=wasi").status, 404);
+    let r = server.get("/Bad-Name?via=wasi");
+    assert!(
+        r.text().contains("Upstream") && r.text().contains("Bad-Name"),
+        "{}",
+        r.text()
+    );
     let all = server.get("/?via=wasi-all").text();
     assert!(
         all.contains("fixed=literal value") && all.contains("greeting=hi-spin"),

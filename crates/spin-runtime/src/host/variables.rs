@@ -255,8 +255,13 @@ impl spin_config::Host for HostState {
 
 impl wasi_config::Host for HostState {
     fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wasi_config::Error>> {
-        // wasi:config has no "invalid key" case: an impossible key simply has no value.
-        Ok(Ok(self.variable(&key).ok().map(str::to_string)))
+        // An undeclared key has no value; a malformed one is reported as `upstream`
+        // (wasi:config has no "invalid key" case).
+        Ok(match self.variable(&key) {
+            Ok(v) => Ok(Some(v.to_string())),
+            Err(VarError::Undefined(_)) => Ok(None),
+            Err(VarError::Invalid(e)) => Err(wasi_config::Error::Upstream(e)),
+        })
     }
 
     fn get_all(&mut self) -> wasmtime::Result<Result<Vec<(String, String)>, wasi_config::Error>> {
