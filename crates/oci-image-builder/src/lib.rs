@@ -23,6 +23,18 @@
 //! ```
 //! containerd 1.6 cannot unpack non-tar layers (Spin artifacts): import them with
 //! `--no-unpack` there; CRI can still run them, `ctr run` cannot. containerd 1.7 unpacks them.
+//!
+//! The `oci-image-builder` binary writes each form:
+//! ```text
+//! oci-image-builder wasi --name docker.io/library/wasi-hello:latest --wasm hello.wasm -o hello.tar
+//! oci-image-builder native --name docker.io/library/pause:latest --file ./pause:/pause --entrypoint /pause -o pause.tar
+//! oci-image-builder native --name docker.io/library/busybox:latest --file /bin/busybox:/bin/busybox \
+//!     --symlink /bin/sh:busybox --cmd /bin/sh -o busybox.tar
+//! oci-image-builder spin-container --name docker.io/library/app:container --app tests/apps/spin-hello -o c.tar
+//! oci-image-builder spin-artifact --name docker.io/library/app:artifact --app tests/apps/spin-hello [--archive-layers] -o a.tar
+//! oci-image-builder wasm-component --name docker.io/library/app:wasm --wasm app.wasm -o w.tar
+//! oci-image-builder inspect a.tar     # verifies every digest, prints index/manifest/config
+//! ```
 
 pub mod rootfs;
 pub mod spin;
