@@ -127,7 +127,17 @@ fn serve(stream: UnixStream, executor: ShimExecutor) {
             Ok(_) => {}
         }
         let res: Result<i32, String> = match serde_json::from_str::<CreateRequest>(&line) {
-            Ok(req) => build(&req, executor.clone()).map_err(|e| format!("{e:#}")),
+            Ok(req) => {
+                // A panic must not take the helper (and every later create) down.
+                let exec = executor.clone();
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(&req, exec))) {
+                    Ok(r) => r.map_err(|e| format!("{e:#}")),
+                    Err(_) => Err(format!(
+                        "creating the container from {} panicked; see the shim log",
+                        req.bundle.display()
+                    )),
+                }
+            }
             Err(e) => Err(format!("bad create request: {e}")),
         };
         let mut out = serde_json::to_string(&res).unwrap_or_else(|_| "{\"Err\":\"?\"}".into());
