@@ -28,6 +28,16 @@ fn prepare_with_runtime_config(app: &str) -> tempfile::TempDir {
     dir
 }
 
+/// An app whose one component `id` (guest `wasm`, plus the `extra` component keys) serves
+/// every route.
+fn single_component_app(id: &str, wasm: &str, extra: &str) -> tempfile::TempDir {
+    app_from_manifest(&format!(
+        "spin_manifest_version = 2\n[application]\nname = \"{id}-app\"\n\
+         [[trigger.http]]\nroute = \"/...\"\ncomponent = \"{id}\"\n\
+         [component.{id}]\nsource = \"{{WASM_DIR}}/{wasm}\"\n{extra}\n"
+    ))
+}
+
 /// Runs `spin-serve` expecting it to fail at start; returns its stderr.
 fn start_failure(app_dir: &Path, env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
@@ -160,17 +170,10 @@ fn key_value_state_dir_override_and_undefined_store() {
     assert!(state.path().join("sqlite_key_value.db").is_file());
     assert!(!app.path().join(".spin/sqlite_key_value.db").exists());
 
-    let bad = app_from_manifest(
-        r#"spin_manifest_version = 2
-[application]
-name = "kv-bad"
-[[trigger.http]]
-route = "/..."
-component = "kv"
-[component.kv]
-source = "{WASM_DIR}/spin_kv.wasm"
-key_value_stores = ["default", "sessions"]
-"#,
+    let bad = single_component_app(
+        "kv",
+        "spin_kv.wasm",
+        r#"key_value_stores = ["default", "sessions"]"#,
     );
     let stderr = start_failure(bad.path(), &[]);
     assert!(
@@ -345,17 +348,10 @@ fn outbound_allowed_host_reaches_upstream_and_others_are_denied() {
 
 #[test]
 fn outbound_bad_pattern_fails_at_start() {
-    let app = app_from_manifest(
-        r#"spin_manifest_version = 2
-[application]
-name = "outbound-bad"
-[[trigger.http]]
-route = "/..."
-component = "fetch"
-[component.fetch]
-source = "{WASM_DIR}/spin_outbound.wasm"
-allowed_outbound_hosts = ["example.com"]
-"#,
+    let app = single_component_app(
+        "fetch",
+        "spin_outbound.wasm",
+        r#"allowed_outbound_hosts = ["example.com"]"#,
     );
     let stderr = start_failure(app.path(), &[]);
     assert!(
