@@ -142,6 +142,19 @@ fn wasi_hello(l: &Leg) -> Result<()> {
     Ok(())
 }
 
+/// The container rootfs is preopened at `/`: the guest lists its own `.wasm` there.
+fn wasi_rootfs_preopened(l: &Leg) -> Result<()> {
+    let o = l.run(WASI_HELLO, &[HELLO, "ls", "/"], &[])?;
+    check_status(&o, 0)?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    ensure!(
+        out.lines().any(|x| x == "entry wasi-hello.wasm"),
+        "`ls /` in the guest does not show the image rootfs:\n{}",
+        text(&o)
+    );
+    Ok(())
+}
+
 fn wasi_hello_core_module(l: &Leg) -> Result<()> {
     if l.images.wasi_hello_p1.is_none() {
         bail!("wasi-hello-p1.wasm (wasm32-wasip1) was not built: run `make apps`");
@@ -357,6 +370,7 @@ type Scenario = (&'static str, fn(&Leg) -> Result<()>);
 
 const SCENARIOS: &[Scenario] = &[
     ("wasi_hello_stdout_args_env", wasi_hello),
+    ("wasi_rootfs_preopened", wasi_rootfs_preopened),
     ("wasi_hello_core_module_exit_4", wasi_hello_core_module),
     ("wasi_exit_3", wasi_exit_3),
     ("wasi_component_exit_nonzero", wasi_component_exit_nonzero),

@@ -7,6 +7,7 @@
 //! - `trap`    : executes the Wasm `unreachable` instruction (a trap, not a clean exit)
 //! - `sleep S` : sleeps S seconds, then exits 0
 //! - `burn S`  : burns CPU for S seconds, then exits 0
+//! - `ls DIR`  : prints `entry NAME` for each entry of DIR (sorted), then exits 0
 //! - anything else or nothing: exits 0
 //!
 //! Exit codes other than 0/1 need the core-module build (`wasi-hello-p1`): a WASI 0.2
@@ -68,6 +69,23 @@ fn main() {
                 std::hint::black_box(x);
             }
             println!("burned {s}s");
+        }
+        "ls" => {
+            let dir = args.get(2).map(String::as_str).unwrap_or("/");
+            let mut names: Vec<String> = match std::fs::read_dir(dir) {
+                Ok(rd) => rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect(),
+                Err(e) => {
+                    eprintln!("wasi-hello: cannot list {dir}: {e}");
+                    std::process::exit(1);
+                }
+            };
+            names.sort();
+            for n in names {
+                println!("entry {n}");
+            }
         }
         // Any other first argument is just an argument: printed above, exit 0.
         _ => {}
