@@ -300,6 +300,63 @@ fn ls_ps_metrics(l: &Leg) -> Result<()> {
     r
 }
 
+/// `ctr task pause` freezes a burning Wasm task (PAUSED, CPU time stands still) and
+/// `ctr task resume` thaws it (RUNNING, CPU time grows again).
+fn pause_resume(l: &Leg) -> Result<()> {
+    let id = unique("z");
+    let cg = l.cgroup(&id);
+    let unified = l.c.mode() == CgroupMode::UnifiedNamespace;
+    let r = (|| {
+        l.run_detached(&id, &cg, WASI_HELLO, &[HELLO, "burn", "60"])?;
+        l.c.ctr_ok(&["task", "pause", &id])?;
+        l.c.wait_task_status(&id, "PAUSED", Duration::from_secs(10))?;
+        let a = cpu_usage_ns(&cg, unified)?;
+        std::thread::sleep(Duration::from_millis(500));
+        let b = cpu_usage_ns(&cg, unified)?;
+        ensure!(
+            b - a < 20_000_000,
+            "paused task still used {} ns of CPU in 0.5 s",
+            b - a
+        );
+        l.c.ctr_ok(&["task", "resume", &id])?;
+        l.c.wait_task_status(&id, "RUNNING", Duration::from_secs(10))?;
+        let grew = wait_for(Duration::from_secs(5), || {
+            cpu_usage_ns(&cg, unified)
+                .ok()
+                .filter(|c| *c > b + 50_000_000)
+        });
+        ensure!(grew.is_some(), "resumed task does not use CPU again");
+        Ok(())
+    })();
+    l.c.force_remove(&id);
+    r
+}
+
+/// Exec is not supported: a clear error naming the runtime.
+fn exec_unsupported(l: &Leg) -> Result<()> {
+    let id = unique("x");
+    let r = (|| {
+        l.run_detached(&id, &l.cgroup(&id), WASI_HELLO, &[HELLO, "sleep", "60"])?;
+        let o = l.c.ctr_output(
+            &["task", "exec", "--exec-id", "e1", &id, "/wasi-hello.wasm"],
+            Duration::from_secs(30),
+        )?;
+        ensure!(
+            !o.status.success(),
+            "exec unexpectedly succeeded: {}",
+            text(&o)
+        );
+        ensure!(
+            text(&o).contains("not supported by io.containerd.spin.v2"),
+            "exec error should say it is not supported by io.containerd.spin.v2: {}",
+            text(&o)
+        );
+        Ok(())
+    })();
+    l.c.force_remove(&id);
+    r
+}
+
 /// Runs a CPU-burning Wasm task at `cgroups_path` and checks /proc/<pid>/cgroup shows
 /// `expected` and the pod cgroup accounts its CPU time (the seed bug: pod read 0); then
 /// deletes it and checks the container cgroup is gone.
@@ -380,6 +437,8 @@ const SCENARIOS: &[Scenario] = &[
     ("wasi_sigterm_143", wasi_sigterm),
     ("wasi_sigkill_137", wasi_sigkill),
     ("ls_ps_metrics", ls_ps_metrics),
+    ("pause_resume", pause_resume),
+    ("exec_unsupported", exec_unsupported),
     ("placement_systemd_form", placement_systemd_form),
     ("placement_cgroupfs_form", placement_cgroupfs_form),
 ];
