@@ -134,7 +134,11 @@ fn spin_in_container_image_serves_http_on_containerd_1_7() {
     spin_container(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
+/// Un-ignore when the shim loads Spin artifacts from containerd's content store (issue 5);
+/// until then `ctr run` fails with "entrypoint `/` needs a Spin manifest at /spin.toml".
+/// Run it anyway: `cargo test --release -p integration --test spin -- --ignored`.
 #[test]
+#[ignore = "needs the shim's content-store loader for Spin OCI artifacts (issue 5), not implemented yet"]
 fn spin_artifact_serves_http_on_containerd_1_7() {
     let Some(_s) = integration::root_test("spin_artifact_serves_http_on_containerd_1_7") else {
         return;
