@@ -1,1 +1,0 @@
-//! spin-demo
