@@ -13,8 +13,9 @@ use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 
 use crate::wasi;
 
-/// Runs a Spin application from the manifest in `app_dir` with the container's
-/// environment; returns the process exit code. Provided by the binary crate.
+/// Runs a Spin application from `app_dir` (`/spin.toml`, or the artifact the shim
+/// materialised under [`crate::image::APP_DIR`]) with the container's environment;
+/// returns the process exit code. Provided by the binary crate.
 pub type SpinRunner = fn(&Path, &[(String, String)]) -> anyhow::Result<i32>;
 
 /// What a container's entrypoint resolves to.
@@ -41,11 +42,16 @@ pub fn classify(
         return Err("the container has no process args: set an entrypoint or command".into());
     };
     if entry == "/" {
-        if root.join("spin.toml").is_file() {
+        if root.join("spin.toml").is_file()
+            || root
+                .join(crate::image::APP_DIR)
+                .join(crate::image::LOCKED_FILE)
+                .is_file()
+        {
             return Ok(Workload::Spin);
         }
         return Err(format!(
-            "entrypoint `/` needs a Spin manifest at /spin.toml in the container image, none found under {}",
+            "entrypoint `/` needs a Spin manifest at /spin.toml in the container image or a Spin OCI artifact image (config architecture `wasm`), found neither under {}",
             root.display()
         ));
     }

@@ -22,7 +22,9 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod executor;
+pub mod image;
 pub mod logging;
 pub mod oom;
 pub mod service;

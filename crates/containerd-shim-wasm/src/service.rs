@@ -285,6 +285,7 @@ impl Service {
             }
             std::fs::create_dir_all(&persisted.state_root)?;
             persisted.save(&bundle)?;
+            self.prepare_spin(&req.id, &bundle, &mut spec).await?;
             let zreq = zygote::CreateRequest {
                 bundle: bundle.clone(),
                 state_root: persisted.state_root.clone(),
@@ -323,6 +324,56 @@ impl Service {
             starting: tokio::sync::Mutex::new(()),
         });
         Ok(ctr)
+    }
+}
+
+impl Service {
+    /// For command `/`: materialises a Spin OCI artifact from containerd's content store
+    /// into the rootfs (if the rootfs has no `/spin.toml`) and attaches the shared compile
+    /// cache; saves the spec again. Other containers are left alone.
+    async fn prepare_spin(
+        &self,
+        id: &str,
+        bundle: &std::path::Path,
+        spec: &mut libcontainer::oci_spec::runtime::Spec,
+    ) -> anyhow::Result<()> {
+        let args = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.args().clone())
+            .unwrap_or_default();
+        if args.len() != 1 || args[0] != "/" {
+            return Ok(());
+        }
+        let root = spec
+            .root()
+            .as_ref()
+            .map(|r| r.path().clone())
+            .unwrap_or_else(|| PathBuf::from("rootfs"));
+        let rootfs = bundle.join(root);
+        if crate::image::wants_artifact(&args, &rootfs) {
+            let address = crate::image::CONTAINERD_ADDRESS
+                .get()
+                .cloned()
+                .unwrap_or_default();
+            anyhow::ensure!(
+                !address.is_empty(),
+                "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
+            );
+            match crate::image::materialise(&address, &self.inner.namespace, id, &rootfs).await? {
+                Some(m) => tracing::info!(
+                    id,
+                    image = %m.image,
+                    manifest = %m.manifest_digest,
+                    "Spin artifact materialised from the content store"
+                ),
+                None => tracing::debug!(id, "image is not a Wasm artifact"),
+            }
+        }
+        let dir = crate::cache::attach(spec)?;
+        tracing::debug!(id, dir = %dir.display(), "compile cache attached");
+        spec.save(bundle.join("config.json"))
+            .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))
     }
 }
 

@@ -57,6 +57,9 @@ impl Shim for SpinShim {
     type T = Service;
 
     async fn new(_runtime_id: &str, args: &Flags, _config: &mut Config) -> Self {
+        if !args.address.is_empty() {
+            let _ = crate::image::CONTAINERD_ADDRESS.set(args.address.clone());
+        }
         SpinShim {
             namespace: args.namespace.clone(),
             id: args.id.clone(),
