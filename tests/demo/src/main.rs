@@ -57,10 +57,7 @@ fn main() -> ExitCode {
             .as_slice()
         {
             [] => supervise().await,
-            ["images"] => demo::build_images().map(|dir| {
-                println!("images ready in {}", dir.display());
-                0
-            }),
+            ["images"] => demo::build_images().map(|_| 0),
             ["stop", state] => stop(Path::new(state)).await,
             ["__worker", mode, rest @ ..] => demo::worker(mode, rest.first().copied()).await,
             _ => bail!(
@@ -249,8 +246,9 @@ async fn stop(state: &Path) -> Result<u8> {
     }
     println!("==> stopping the demo (worker pid {pid})");
     let log = dir.join("demo.log");
-    let mut echo = LogEcho::new(log);
-    echo.pump(); // skip what was shown at start-up
+    let mut echo = LogEcho::new(log.clone());
+    // Show only the teardown: what the log held so far was shown at start-up.
+    echo.offset = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     kill(Pid::from_raw(pid as i32), Signal::SIGTERM).context("signalling the worker")?;
     let deadline = Instant::now() + TEARDOWN_WAIT;
     while cri_tests::scenario::process_alive(pid) {
