@@ -61,6 +61,7 @@ builder="$target/release/oci-image-builder"
 # containerd 1.6's ctr drops the PSI fields of the v2 metrics message; 1.7's ctr shows them.
 ctr17_dir="$(bash scripts/install-containerd-1.7.sh)" || die "scripts/install-containerd-1.7.sh failed"
 ctr17="$ctr17_dir/ctr"
+log "prerequisites (cargo, containerd 1.7's ctr) ready in $(elapsed "$t_start")s"
 [ -x "$ctr17" ] || die "no ctr in $ctr17_dir (scripts/install-containerd-1.7.sh)"
 
 # --- cleanup (also on failure) ---------------------------------------------------------------
