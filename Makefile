@@ -35,6 +35,7 @@ fmt:
 ## test: everything — lint, unit tests, real-kernel cgroup tests, containerd integration tests
 test: build apps lint
 	$(CARGO) test --release --workspace
+	@bash scripts/test-systemd.sh
 
 test-unit: setup
 	$(CARGO) test --release --workspace --lib --bins

@@ -3,7 +3,7 @@
 # Idempotent: packages already present are skipped quickly.
 set -euo pipefail
 
-need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates)
+need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates systemd-container)
 missing=()
 for p in "${need_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
