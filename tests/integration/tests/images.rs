@@ -131,3 +131,279 @@ fn ctr_imports_every_form_on_containerd_1_7() {
     };
     all_forms(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
 }
+
+// ---- Spin apps of both image forms through `ctr run --runtime io.containerd.spin.v2` ----
+
+/// One GET and what must come back: (path, status, substring of the body).
+type Check = (&'static str, u16, &'static str);
+
+/// A plain HTTP/1.0 GET on 127.0.0.1:port; returns (status, body).
+fn get(port: u16, path: &str) -> Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("not an HTTP response: {resp:?}"))?;
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    Ok((status, body.to_string()))
+}
+
+/// Runs image `name` (command `/`) detached on the host network, checks every GET, then
+/// removes the container. `Err` carries `ctr run`'s failure text when create fails.
+fn run_checks(c: &Containerd, name: &str, checks: &[Check]) -> Result<()> {
+    run_checks_with(c, name, &[], checks)
+}
+
+/// [`run_checks`] with extra `ctr run` arguments (e.g. `--mount ...`).
+fn run_checks_with(c: &Containerd, name: &str, extra: &[String], checks: &[Check]) -> Result<()> {
+    use integration::{test_runtime, unique, wait_for, CgroupGuard};
+    use std::time::Duration;
+    let id = unique("img");
+    let root = unique("imgtest-");
+    let _guard = CgroupGuard::new(&root);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
+    let cgroup = format!("/{root}/{id}");
+    let runtime = test_runtime();
+    let r = (|| {
+        let mut args = vec![
+            "run",
+            "-d",
+            "--net-host",
+            "--runtime",
+            &runtime,
+            "--cgroup",
+            &cgroup,
+            "--env",
+            &listen,
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        args.extend([name, &id, "/"]);
+        c.ctr_ok(&args)?;
+        c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
+        for (path, status, want) in checks {
+            let got = wait_for(Duration::from_secs(30), || get(port, path).ok());
+            let (st, body) = got.with_context(|| {
+                format!(
+                    "{name}: no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",
+                    c.log_tail(20)
+                )
+            })?;
+            ensure!(
+                st == *status && body.contains(want),
+                "{name}: GET {path} gave {st} {body:?}, wanted {status} with {want:?}"
+            );
+        }
+        Ok(())
+    })();
+    c.force_remove(&id);
+    r
+}
+
+fn spin_apps() -> [(&'static str, Vec<Check>); 4] {
+    [
+        ("spin-hello", vec![("/hello", 200, "component=hello")]),
+        ("spin-kv", vec![("/kv/absent-key", 404, "")]),
+        (
+            "spin-files",
+            vec![
+                ("/static/hello.txt", 200, "hello from a static file"),
+                ("/data/logo.txt", 200, ""),
+            ],
+        ),
+        ("spin-cpu", vec![("/?n=20", 200, "6765")]),
+    ]
+}
+
+/// `ctr run` arguments an app needs beyond its image: spin-kv's runtime config (store
+/// `other`), which artifacts do not carry, bind-mounted at `/runtime-config.toml`.
+fn extra_args(app: &str) -> Vec<String> {
+    let rc = workspace_root()
+        .join("tests/apps")
+        .join(app)
+        .join("runtime-config.toml");
+    if !rc.is_file() {
+        return vec![];
+    }
+    vec![
+        "--mount".into(),
+        format!(
+            "type=bind,src={},dst=/runtime-config.toml,options=rbind:ro",
+            rc.display()
+        ),
+    ]
+}
+
+fn artifact_forms(c: &Containerd, dir: &Path) -> Result<()> {
+    for (app, checks) in spin_apps() {
+        for (tag, layout) in [
+            ("artifact", FileLayout::Simple),
+            ("archive", FileLayout::Archive),
+        ] {
+            let name = format!("docker.io/library/{app}:{tag}");
+            let tar = dir.join(format!("{app}-{tag}.tar"));
+            spin::artifact_image(
+                &name,
+                &workspace_root().join("tests/apps").join(app),
+                layout,
+            )?
+            .write_archive(&tar)?;
+            c.import(&tar, true)?;
+            run_checks_with(c, &name, &extra_args(app), &checks)?;
+        }
+    }
+    // The single-layer `application/wasm` form is not run here: ctr 1.7 itself refuses
+    // its config ("unknown image config media type application/vnd.wasm.config.v0+json").
+    Ok(())
+}
+
+fn container_forms(c: &Containerd, dir: &Path) -> Result<()> {
+    for (app, checks) in spin_apps() {
+        let name = format!("docker.io/library/{app}:container");
+        let tar = dir.join(format!("{app}-container.tar"));
+        spin::container_image(&name, &workspace_root().join("tests/apps").join(app), &[])?
+            .write_archive(&tar)?;
+        c.import(&tar, false)?;
+        run_checks(c, &name, &checks)?;
+    }
+    Ok(())
+}
+
+/// `ctr run` of `name` must fail with an error containing every `want`.
+fn expect_create_error(c: &Containerd, name: &str, wants: &[&str]) -> Result<()> {
+    let r = run_checks(c, name, &[("/", 200, "")]);
+    let e = match r {
+        Ok(()) => anyhow::bail!("{name} ran, but its content is broken"),
+        Err(e) => format!("{e:#}"),
+    };
+    for w in wants {
+        ensure!(
+            e.contains(w),
+            "the error for {name} does not name {w:?}: {e}"
+        );
+    }
+    Ok(())
+}
+
+fn broken_artifacts(c: &Containerd, dir: &Path) -> Result<()> {
+    let app = workspace_root().join("tests/apps/spin-hello");
+    // Corrupt layer: rewrite the component blob in the content store after import.
+    let name = "docker.io/library/spin-hello:corrupt";
+    let img = spin::artifact_image(name, &app, FileLayout::Simple)?;
+    let wasm = img.layers[0].digest();
+    img.write_archive(&dir.join("corrupt.tar"))?;
+    c.import(&dir.join("corrupt.tar"), true)?;
+    let blob = c
+        .root()
+        .join("io.containerd.content.v1.content/blobs/sha256")
+        .join(&wasm["sha256:".len()..]);
+    let mut bytes = std::fs::read(&blob).with_context(|| format!("{}", blob.display()))?;
+    bytes[100] ^= 0xff;
+    std::fs::write(&blob, &bytes)?;
+    expect_create_error(c, name, &[&wasm, "corrupt"])?;
+    // Missing component: the lock references a Wasm layer the manifest does not carry.
+    let name = "docker.io/library/spin-cpu:missing";
+    let mut img = spin::artifact_image(
+        name,
+        &workspace_root().join("tests/apps/spin-cpu"),
+        FileLayout::Simple,
+    )?;
+    let gone = img.layers.remove(0).digest();
+    img.write_archive(&dir.join("missing.tar"))?;
+    c.import(&dir.join("missing.tar"), true)?;
+    // Earlier images share the blob; the shim would rightly find it by digest.
+    let _ = c.ctr_output(
+        &["content", "rm", &gone],
+        std::time::Duration::from_secs(30),
+    );
+    expect_create_error(c, name, &[&gone, "missing"])
+}
+
+/// Cache entries (name, mtime) of `dir`.
+fn cache_entries(dir: &Path) -> Result<Vec<(String, std::time::SystemTime)>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".cwasm") {
+            v.push((name, e.metadata()?.modified()?));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+#[test]
+fn spin_artifacts_serve_http_on_containerd_1_7() {
+    let Some(_s) = integration::root_test("spin_artifacts_serve_http_on_containerd_1_7") else {
+        return;
+    };
+    let r = (|| {
+        integration::require_shim()?;
+        let dir = tempfile::tempdir()?;
+        let cache = dir.path().join("compile-cache");
+        // The shim inherits containerd's environment: a cache private to this test.
+        std::env::set_var("SPIN_SHIM_COMPILE_CACHE_DIR", &cache);
+        let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host);
+        std::env::remove_var("SPIN_SHIM_COMPILE_CACHE_DIR");
+        let c = c?;
+        artifact_forms(&c, dir.path())?;
+        // Second start of an image already run: every component comes from the cache,
+        // so no entry is added or rewritten.
+        let before = cache_entries(&cache)?;
+        ensure!(
+            !before.is_empty(),
+            "no compile cache entries in {}",
+            cache.display()
+        );
+        run_checks(
+            &c,
+            "docker.io/library/spin-hello:artifact",
+            &[("/hello", 200, "component=hello")],
+        )?;
+        ensure!(
+            cache_entries(&cache)? == before,
+            "the second start of spin-hello:artifact compiled again (cache entries changed)"
+        );
+        broken_artifacts(&c, dir.path())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn spin_container_images_serve_http_on_containerd_1_6() {
+    let Some(_s) = integration::root_test("spin_container_images_serve_http_on_containerd_1_6")
+    else {
+        return;
+    };
+    let r = (|| {
+        integration::require_shim()?;
+        let dir = tempfile::tempdir()?;
+        let c = Containerd::start(ContainerdVersion::V1_6, CgroupMode::Host)?;
+        container_forms(&c, dir.path())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn spin_container_images_serve_http_on_containerd_1_7() {
+    let Some(_s) = integration::root_test("spin_container_images_serve_http_on_containerd_1_7")
+    else {
+        return;
+    };
+    let r = (|| {
+        integration::require_shim()?;
+        let dir = tempfile::tempdir()?;
+        let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+        container_forms(&c, dir.path())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
