@@ -186,6 +186,14 @@ impl LogEcho {
     /// Prints the complete lines added since the last call; `true` once the ready marker
     /// has been read (the marker itself is not printed).
     fn pump(&mut self) -> bool {
+        let mut out = std::io::stdout().lock();
+        let ready = self.pump_into(&mut out);
+        let _ = out.flush();
+        ready
+    }
+
+    /// [`LogEcho::pump`] writing to `out`.
+    fn pump_into(&mut self, out: &mut impl Write) -> bool {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
             return false;
         };
@@ -195,7 +203,6 @@ impl LogEcho {
         }
         self.offset += buf.len() as u64;
         self.partial.push_str(&String::from_utf8_lossy(&buf));
-        let mut out = std::io::stdout().lock();
         while let Some(i) = self.partial.find('\n') {
             let line: String = self.partial.drain(..=i).collect();
             if line.trim_end() == READY_MARKER {
@@ -203,7 +210,6 @@ impl LogEcho {
             }
             let _ = out.write_all(line.as_bytes());
         }
-        let _ = out.flush();
         false
     }
 }
@@ -286,13 +292,19 @@ mod tests {
         let path = dir.path().join("log");
         std::fs::write(&path, "one\ntwo").unwrap();
         let mut echo = LogEcho::new(path.clone());
-        assert!(!echo.pump());
+        let mut shown = Vec::new();
+        assert!(!echo.pump_into(&mut shown));
+        assert_eq!(shown, b"one\n");
         assert_eq!(echo.partial, "two");
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .unwrap();
-        writeln!(f, "\n{READY_MARKER}").unwrap();
-        assert!(echo.pump());
+        writeln!(f, "\n{READY_MARKER}\nafter").unwrap();
+        assert!(echo.pump_into(&mut shown));
+        assert_eq!(
+            shown, b"one\ntwo\n",
+            "the marker and what follows are not shown"
+        );
     }
 }
