@@ -4,12 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 const DEMO: &str = env!("CARGO_BIN_EXE_kubelet-demo");
 
-fn run(cmd: &mut Command) -> (Output, String) {
+/// Runs `cmd` (bounded), requires success, returns stdout + stderr.
+fn run_ok(cmd: &mut Command) -> String {
     let out =
         integration::output_with_timeout(cmd, Duration::from_secs(300)).expect("run kubelet-demo");
     let text = format!(
@@ -17,7 +18,8 @@ fn run(cmd: &mut Command) -> (Output, String) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (out, text)
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    text
 }
 
 /// The value after `label` on the first line that contains it.
@@ -50,8 +52,7 @@ fn demo_runs_to_completion_and_leaves_nothing() {
     let Some(_guard) = integration::root_test("demo_runs_to_completion_and_leaves_nothing") else {
         return;
     };
-    let (out, text) = run(Command::new(DEMO).env("DEMO_LOAD_SECS", "2"));
-    assert!(out.status.success(), "kubelet-demo failed:\n{text}");
+    let text = run_ok(Command::new(DEMO).env("DEMO_LOAD_SECS", "2"));
     assert!(text.contains("-> HTTP 200: fib(25) = 75025"), "{text}");
     // Container and pod CPU rates, and their ratio, as printed in the table.
     let rate: Vec<&str> = after(&text, "CPU rate (kubectl top, HPA)")
@@ -76,8 +77,7 @@ fn kept_demo_serves_until_stopped() {
     let Some(_guard) = integration::root_test("kept_demo_serves_until_stopped") else {
         return;
     };
-    let (out, text) = run(Command::new(DEMO).env("DEMO_KEEP", "1"));
-    assert!(out.status.success(), "kubelet-demo failed:\n{text}");
+    let text = run_ok(Command::new(DEMO).env("DEMO_KEEP", "1"));
     let url = after(&text, "curl '").trim_end_matches('\'');
     let addr: SocketAddr = url
         .trim_start_matches("http://")
@@ -91,11 +91,7 @@ fn kept_demo_serves_until_stopped() {
         cri_tests::scenario::http_get(addr, "/?n=20", Duration::from_secs(10)).unwrap();
     assert_eq!(status, 200, "{body}");
     let state = after(&text, "kubelet-demo stop ");
-    let (out, stop_text) = run(Command::new(DEMO).args(["stop", state]));
-    assert!(
-        out.status.success(),
-        "kubelet-demo stop failed:\n{stop_text}"
-    );
+    let stop_text = run_ok(Command::new(DEMO).args(["stop", state]));
     assert!(stop_text.contains("nothing left behind"), "{stop_text}");
     assert!(
         !stop_text.contains("GET /?n=25"),
