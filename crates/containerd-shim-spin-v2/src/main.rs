@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use containerd_shim_wasm::image::{blob_path, APP_DIR, LOCKED_FILE};
+use containerd_shim_wasm::image::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
 use spin_runtime::app::{Content, ContentRef};
 
 /// Runs the Spin app in the container: the artifact the shim materialised under
@@ -26,7 +26,10 @@ fn run_spin(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
             ),
         }
     };
-    let app = spin_runtime::App::from_locked_json(&bytes, &resolve)?;
+    let mut app = spin_runtime::App::from_locked_json(&bytes, &resolve)?;
+    app.oci_image_digest = std::fs::read_to_string(artifact.join(DIGEST_FILE))
+        .ok()
+        .map(|d| d.trim().to_string());
     spin_runtime::run_app(app, app_dir, env)
 }
 

@@ -13,7 +13,9 @@
 //!   component at `/...`;
 //! - `blobs/<hex>`: every layer, every file of every archive layer (by its own sha256), and
 //!   every further digest the lock references (fetched from the content store);
-//! - `archives/<hex>/`: each `tar+gzip` archive layer, extracted.
+//! - `archives/<hex>/`: each `tar+gzip` archive layer, extracted;
+//! - `oci-image-digest`: the manifest digest, shown as `oci_image_digest` by the app's
+//!   `/.well-known/spin/info`.
 //!
 //! The Spin executor then runs the lock with digests resolved to those paths.
 //! Missing or corrupt content fails Create with an error naming the digest.
@@ -34,6 +36,8 @@ pub const APP_DIR: &str = ".spin-app";
 pub const LOCKED_FILE: &str = "locked.json";
 /// Blobs by hex digest inside [`APP_DIR`].
 pub const BLOBS_DIR: &str = "blobs";
+/// The image's manifest digest (for Spin's `/.well-known/spin/info`) inside [`APP_DIR`].
+pub const DIGEST_FILE: &str = "oci-image-digest";
 /// Extracted archive layers by hex digest inside [`APP_DIR`].
 pub const ARCHIVES_DIR: &str = "archives";
 
@@ -393,6 +397,7 @@ pub async fn materialise(
             write_new(&path, &data)?;
         }
     }
+    write_new(&app.join(DIGEST_FILE), manifest_desc.digest.as_bytes())?;
     write_new(&app.join(LOCKED_FILE), &locked)?;
     Ok(Some(Materialised {
         image,

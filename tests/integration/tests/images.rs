@@ -367,7 +367,15 @@ fn spin_artifacts_serve_http_on_containerd_1_7() {
         run_checks(
             &c,
             "docker.io/library/spin-hello:artifact",
-            &[("/hello", 200, "component=hello")],
+            &[
+                ("/hello", 200, "component=hello"),
+                // The shim passes the artifact's manifest digest to the app.
+                (
+                    "/.well-known/spin/info",
+                    200,
+                    "\"oci_image_digest\":\"sha256:",
+                ),
+            ],
         )?;
         ensure!(
             cache_entries(&cache)? == before,
