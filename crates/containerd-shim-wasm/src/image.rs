@@ -424,8 +424,8 @@ fn referenced_digests(lock: &serde_json::Value) -> BTreeSet<String> {
     out
 }
 
-/// A lock serving the single component `digest` at `/...`.
-fn single_component_lock(image: &str, digest: &str) -> Vec<u8> {
+/// A lock serving the single component `digest` at `/...` (the `application/wasm` form).
+pub fn single_component_lock(image: &str, digest: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "spin_lock_version": 0,
         "metadata": {
