@@ -60,7 +60,7 @@ const NATIVE: Target = Target {
 };
 
 impl Target {
-    fn container(&self, addr: SocketAddr, cache: &Path) -> ContainerSpec {
+    fn container(&self, addr: SocketAddr) -> ContainerSpec {
         let (command, envs) = if self.handler == "runc" {
             (
                 vec!["/native-hello".into(), "--listen".into(), addr.to_string()],
@@ -69,13 +69,7 @@ impl Target {
         } else {
             (
                 vec!["/".into()],
-                vec![
-                    ("SPIN_HTTP_LISTEN_ADDR".into(), addr.to_string()),
-                    (
-                        "SPIN_SHIM_COMPILE_CACHE_DIR".into(),
-                        cache.display().to_string(),
-                    ),
-                ],
+                vec![("SPIN_HTTP_LISTEN_ADDR".into(), addr.to_string())],
             )
         };
         ContainerSpec {
@@ -128,7 +122,7 @@ async fn first_ok(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()>
 }
 
 /// Starts `t` in a fresh pod and waits for its first 200.
-async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path, cache: &Path) -> Result<Running> {
+async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path) -> Result<Running> {
     let addr: SocketAddr = ([127, 0, 0, 1], scenario::free_loopback_port()?).into();
     let t0 = Instant::now();
     let pod = KubeletPod::start(
@@ -143,7 +137,7 @@ async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path, cache: &Path) 
     .await?;
     let started = async {
         let id = cri
-            .start_container(&pod.sandbox_id, &pod.spec, &t.container(addr, cache))
+            .start_container(&pod.sandbox_id, &pod.spec, &t.container(addr))
             .await?;
         first_ok(addr, t.path, Duration::from_secs(120))
             .await
@@ -294,10 +288,8 @@ fn wrk_command(url: &str, conns: usize, secs: usize) -> Command {
 struct Bench {
     out: PathBuf,
     logs: PathBuf,
-    /// The warm compile cache (host directory).
+    /// The shims' compile cache (host directory).
     cache: PathBuf,
-    /// Files found in the per-run "empty" cache directories after the runs.
-    empty_filled: usize,
     raw: String,
     report: String,
 }
@@ -364,6 +356,14 @@ fn build_images(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(archives)
 }
 
+/// Creates `dir` empty (removing what was in it).
+fn empty_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("emptying {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
 fn ratio(ours: f64, base: f64) -> String {
     if base > 0.0 {
         format!("{:.2}", ours / base)
@@ -374,22 +374,19 @@ fn ratio(ours: f64, base: f64) -> String {
 
 async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
     let mut med = Vec::new();
-    // Prime the warm cache with one unmeasured start.
-    let r = start(cri, HELLO, "cold-prime", &b.logs, &b.cache).await?;
-    stop(cri, r).await?;
     for (t, cache) in [(HELLO, "empty"), (HELLO, "warm"), (NATIVE, "-")] {
         let mut samples = Vec::new();
+        if cache == "warm" {
+            // Prime the cache with one unmeasured start.
+            let r = start(cri, t, "cold-prime", &b.logs).await?;
+            stop(cri, r).await?;
+        }
         for i in 0..runs {
-            let dir = if cache == "empty" {
-                b.out.join(format!("cache-empty-{i}"))
-            } else {
-                b.cache.clone()
-            };
             if cache == "empty" {
-                let _ = std::fs::remove_dir_all(&dir);
+                empty_dir(&b.cache)?;
             }
             let name = format!("cold-{}-{cache}-{i}", t.name);
-            let r = start(cri, t, &name, &b.logs, &dir).await?;
+            let r = start(cri, t, &name, &b.logs).await?;
             samples.push(ms(r.startup));
             b.sample(format!(
                 "cold_start {} cache {cache} run {i} ms {:.1}",
@@ -398,14 +395,13 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
             ));
             stop(cri, r).await?;
             if cache == "empty" {
-                // Whether the runtime wrote the host directory (see the report's notes).
-                let filled = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
-                b.sample(format!(
-                    "cold_start cache_dir {} files_after_run {filled}",
-                    dir.display()
-                ));
-                b.empty_filled += filled;
-                let _ = std::fs::remove_dir_all(&dir);
+                let filled = std::fs::read_dir(&b.cache)?.count();
+                ensure!(
+                    filled > 0,
+                    "the shim wrote no compiled component into {}: the compile cache is not \
+                     where shim-bench set SPIN_SHIM_COMPILE_CACHE_DIR",
+                    b.cache.display()
+                );
             }
         }
         med.push((t, cache, spread(&samples)));
@@ -415,9 +411,10 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
         b.report,
         "\n## 1. Cold start (RunPodSandbox + CreateContainer + StartContainer -> first HTTP 200)\n\n\
          {runs} runs per row, each a fresh pod (pod cgroups, sandbox, container). Compile cache: \
-         `SPIN_SHIM_COMPILE_CACHE_DIR` in the container env set to a host path: `empty` = a new \
-         directory per run, `warm` = one directory primed by an unmeasured start. See the notes \
-         for whether the runtime used these host directories.\n\n\
+         the shim bind-mounts its host cache (`SPIN_SHIM_COMPILE_CACHE_DIR` in the shim's \
+         environment, here `target/bench/compile-cache`) into each Spin container: `empty` = \
+         that directory emptied before each run (checked to be filled again after it), `warm` = \
+         kept, primed by one unmeasured start.\n\n\
          | server | cache | median ms | min | max | ratio ours/native |\n|---|---|---|---|---|---|"
     )?;
     for (t, cache, s) in &med {
@@ -438,7 +435,7 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
 async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize) -> Result<()> {
     let mut running = Vec::new();
     for t in [HELLO, CPU, NATIVE] {
-        match start(cri, t, &format!("http-{}", t.name), &b.logs, &b.cache).await {
+        match start(cri, t, &format!("http-{}", t.name), &b.logs).await {
             Ok(r) => running.push((t, r)),
             Err(e) => {
                 for (_, r) in running {
@@ -549,7 +546,7 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], secs: usize)
 async fn stats_latency(b: &mut Bench, cri: &mut Cri, calls: usize) -> Result<()> {
     let mut rows = Vec::new();
     for t in [HELLO, NATIVE] {
-        let r = start(cri, t, &format!("stats-{}", t.name), &b.logs, &b.cache).await?;
+        let r = start(cri, t, &format!("stats-{}", t.name), &b.logs).await?;
         let mut samples = Vec::new();
         let mut err = None;
         for _ in 0..calls {
@@ -609,9 +606,9 @@ async fn density_one(
     let mut tasks = Vec::new();
     for i in 0..n {
         let mut c = cri.clone();
-        let (logs, cache) = (b.logs.clone(), b.cache.clone());
+        let logs = b.logs.clone();
         tasks.push(tokio::spawn(async move {
-            start(&mut c, t, &format!("density-{}-{i}", t.name), &logs, &cache).await
+            start(&mut c, t, &format!("density-{}-{i}", t.name), &logs).await
         }));
     }
     let mut up = Vec::new();
@@ -734,8 +731,8 @@ async fn run(mode: &str) -> Result<()> {
     let secs = env_num("BENCH_DURATION", 5)?;
     let pods = env_num("BENCH_DENSITY", 50)?;
     let calls = env_num("BENCH_STATS", 200)?;
-    // The warm cache starts empty every run and is primed by the cold-start phase.
-    let _ = std::fs::remove_dir_all(out.join("cache-warm"));
+    let cache = compile_cache_dir();
+    empty_dir(&cache)?;
     let archives = build_images(&out.join("images"))?;
     let node = Node::start(ContainerdVersion::V1_6, Layout::Hybrid, true)?;
     for a in &archives {
@@ -745,8 +742,7 @@ async fn run(mode: &str) -> Result<()> {
     let mut b = Bench {
         out: out.clone(),
         logs: node.dir().join("pod-logs"),
-        cache: out.join("cache-warm"),
-        empty_filled: 0,
+        cache,
         raw: String::new(),
         report: format!(
             "# Benchmarks\n\nGenerated by `{}` (`tests/bench`, `shim-bench {mode}`). Raw samples: \
@@ -780,15 +776,8 @@ async fn run(mode: &str) -> Result<()> {
     }
     writeln!(
         b.report,
-        "\n## Notes\n\n- Run time: {:.0} s (excluding the build).\n- Files the runtime wrote into \
-         the per-run `empty` host cache directories: {}. 0 means the container-env \
-         `SPIN_SHIM_COMPILE_CACHE_DIR` does not reach a host directory (it resolves inside the \
-         container, or the shim compiles through another cache), so `empty` and `warm` rows \
-         then measure the same thing and the empty-cache compile cost is not isolated; the \
-         spin-runtime log line `app loaded ... compiled=N cache_hits=M` in the node's \
-         containerd.log tells which happened.",
-        t0.elapsed().as_secs_f64(),
-        b.empty_filled
+        "\n## Notes\n\n- Run time: {:.0} s (excluding the build).",
+        t0.elapsed().as_secs_f64()
     )?;
     let report_path = if mode == "all" {
         root.join("docs/benchmarks.md")
@@ -811,11 +800,20 @@ fn main() -> Result<()> {
         nix_is_root(),
         "shim-bench needs root (it runs containerd and creates pod cgroups)"
     );
+    // The shims inherit containerd's environment, containerd inherits ours: a compile
+    // cache of the bench's own (set before any thread exists), emptied and primed by the
+    // cold-start phase.
+    std::env::set_var("SPIN_SHIM_COMPILE_CACHE_DIR", compile_cache_dir());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(run(&mode))
+}
+
+/// The compile cache the bench's shims use.
+fn compile_cache_dir() -> PathBuf {
+    integration::workspace_root().join("target/bench/compile-cache")
 }
 
 fn nix_is_root() -> bool {
