@@ -61,7 +61,8 @@ demo: build apps
 	@bash scripts/demo.sh
 
 ## bench: benchmarks, results in docs/benchmarks.md and raw samples in target/bench/
-bench: bench-http bench-start
+bench: build apps
+	@bash scripts/bench.sh
 
 bench-http: build apps
 	@bash scripts/bench-http.sh
