@@ -63,6 +63,8 @@ demo: build apps
 ## bench: benchmarks, results in docs/benchmarks.md and raw samples in target/bench/
 bench: build apps
 	@bash scripts/bench.sh
+	@bash scripts/bench-http.sh
+	@bash scripts/bench-start.sh
 
 bench-http: build apps
 	@bash scripts/bench-http.sh
