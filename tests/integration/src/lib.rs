@@ -633,3 +633,27 @@ pub fn pod_uid() -> String {
         &u[20..32]
     )
 }
+
+/// A free TCP port on 127.0.0.1 (bound and released; tests then hand it to a server).
+pub fn free_loopback_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A plain HTTP/1.0 GET on 127.0.0.1:port with a 20 s read timeout; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("not an HTTP response: {resp:?}"))?;
+    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    Ok((status, body.to_string()))
+}

@@ -137,23 +137,6 @@ fn ctr_imports_every_form_on_containerd_1_7() {
 /// One GET and what must come back: (path, status, substring of the body).
 type Check = (&'static str, u16, &'static str);
 
-/// A plain HTTP/1.0 GET on 127.0.0.1:port; returns (status, body).
-fn get(port: u16, path: &str) -> Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(20)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("not an HTTP response: {resp:?}"))?;
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    Ok((status, body.to_string()))
-}
-
 /// Runs image `name` (command `/`) detached on the host network, checks every GET, then
 /// removes the container. `Err` carries `ctr run`'s failure text when create fails.
 fn run_checks(c: &Containerd, name: &str, checks: &[Check]) -> Result<()> {
@@ -190,7 +173,9 @@ fn run_checks_with(c: &Containerd, name: &str, extra: &[String], checks: &[Check
         c.ctr_ok(&args)?;
         c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
         for (path, status, want) in checks {
-            let got = wait_for(Duration::from_secs(30), || get(port, path).ok());
+            let got = wait_for(Duration::from_secs(30), || {
+                integration::http_get(port, path).ok()
+            });
             let (st, body) = got.with_context(|| {
                 format!(
                     "{name}: no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",

@@ -10,36 +10,7 @@ use integration::{
     Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin::{self, FileLayout};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// A plain HTTP/1.0 GET on 127.0.0.1:port; returns (status, body).
-fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let status = resp
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("not an HTTP response: {resp:?}"))?;
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_string();
-    Ok((status, body))
-}
 
 /// Imports `archive`, runs it detached on the host network with the app listening on a
 /// free loopback port, checks `/hello` answers from the `hello` component, then SIGTERM.
@@ -48,7 +19,7 @@ fn serve_and_stop(c: &Containerd, archive: &std::path::Path, name: &str, wasm: b
     let id = unique("spin");
     let root = unique("spintest-");
     let _guard = CgroupGuard::new(&root);
-    let port = free_port();
+    let port = integration::free_loopback_port()?;
     let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
     let cgroup = format!("/{root}/{id}");
     let runtime = test_runtime();
@@ -68,7 +39,9 @@ fn serve_and_stop(c: &Containerd, archive: &std::path::Path, name: &str, wasm: b
             "/",
         ])?;
         c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
-        let got = wait_for(Duration::from_secs(30), || http_get(port, "/hello").ok());
+        let got = wait_for(Duration::from_secs(30), || {
+            integration::http_get(port, "/hello").ok()
+        });
         let (status, body) = got.with_context(|| {
             format!(
                 "no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",
@@ -134,11 +107,9 @@ fn spin_in_container_image_serves_http_on_containerd_1_7() {
     spin_container(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
-/// Un-ignore when the shim loads Spin artifacts from containerd's content store (issue 5);
-/// until then `ctr run` fails with "entrypoint `/` needs a Spin manifest at /spin.toml".
-/// Run it anyway: `cargo test --release -p integration --test spin -- --ignored`.
+/// A Spin OCI artifact (no rootfs, locked app in containerd's content store) served by
+/// the shim; containerd 1.6 cannot unpack artifacts for `ctr run`, so 1.7 only.
 #[test]
-#[ignore = "needs the shim's content-store loader for Spin OCI artifacts (issue 5), not implemented yet"]
 fn spin_artifact_serves_http_on_containerd_1_7() {
     let Some(_s) = integration::root_test("spin_artifact_serves_http_on_containerd_1_7") else {
         return;
