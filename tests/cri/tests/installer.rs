@@ -61,6 +61,9 @@ impl Node {
             .arg("--no-restart")
             // The fake shim cannot run inside the fake (empty) root.
             .env("VERIFY_SHIM", "0")
+            // The Makefile exports SHIM_BIN_DIR (where tests find the built shim); for the
+            // installer it means the install directory on the node, so keep it out.
+            .env_remove("SHIM_BIN_DIR")
             .envs(env.iter().copied())
             .output()
             .context("running install-node.sh")?;
