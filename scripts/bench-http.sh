@@ -23,7 +23,7 @@ command -v wrk >/dev/null || { echo "bench-http: wrk not found (apt-get install 
 for w in spin_hello.wasm spin_cpu.wasm; do
     [ -f "$APPS/$w" ] || { echo "bench-http: $APPS/$w missing: run make apps" >&2; exit 1; }
 done
-cargo build --release -q -p spin-runtime --bin spin-serve --example native-hello
+cargo build --release -q --workspace --bins --example native-hello
 BIN="$CARGO_TARGET_DIR/release"
 
 WORK=$(mktemp -d)

@@ -15,8 +15,7 @@ bench_run() {
     for w in spin_hello.wasm spin_cpu.wasm wasi-hello.wasm; do
         [ -f "$apps/$w" ] || { echo "bench: $apps/$w missing: run make apps" >&2; exit 1; }
     done
-    cargo build --release -q -p containerd-shim-spin-v2 -p shim-bench
-    cargo build --release -q -p spin-runtime --example native-hello
+    cargo build --release -q --workspace --bins --example native-hello
     "$CARGO_TARGET_DIR/release/shim-bench" "$mode" 2>"$CARGO_TARGET_DIR/bench-$mode.log" \
         || { tail -40 "$CARGO_TARGET_DIR/bench-$mode.log" >&2; exit 1; }
 }

@@ -29,7 +29,7 @@ echo "demo: [2/4] binaries: the shim and kubelet-demo (release profile)"
 if [ -x "$SHIM_BIN_DIR/containerd-shim-spin-v2" ] && [ -x "$release/kubelet-demo" ]; then
     echo "demo:       reusing $SHIM_BIN_DIR/containerd-shim-spin-v2 and $release/kubelet-demo"
 else
-    cargo build --release -p containerd-shim-spin-v2 -p spin-demo
+    cargo build --release --workspace --bins
 fi
 
 echo "demo: [3/4] the cpu load Spin app and its image"

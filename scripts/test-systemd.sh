@@ -52,10 +52,9 @@ logs_dir="${SYSTEMD_NODE_KEEP_LOGS:-$target/systemd-node}"
 
 # The node-side binaries (no-ops when make build already built them).
 log "building systemd-node-scenario and oci-image-builder (release)"
-cargo build --release --quiet -p oci-image-builder || die "building oci-image-builder failed"
-if [ -z "${SYSTEMD_NODE_SCENARIO:-}" ]; then
-    cargo build --release --quiet -p systemd-node-tests || die "building systemd-node-tests failed"
-fi
+# --workspace --bins, as make build: a -p build unifies features differently and would
+# compile a second variant of the dependencies.
+cargo build --release --quiet --workspace --bins || die "building the workspace binaries failed"
 scenario="${SYSTEMD_NODE_SCENARIO:-$target/release/systemd-node-scenario}"
 builder="$target/release/oci-image-builder"
 # containerd 1.6's ctr drops the PSI fields of the v2 metrics message; 1.7's ctr shows them.
