@@ -657,3 +657,70 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
     let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     Ok((status, body.to_string()))
 }
+
+/// A Spin app started by [`Containerd::run_spin_app`]: detached, host network, listening on
+/// `127.0.0.1:port`, in its own cgroup subtree. Dropping it removes the container, then
+/// the subtree.
+pub struct SpinApp<'a> {
+    containerd: &'a Containerd,
+    /// The container (and task) id.
+    pub id: String,
+    /// The loopback port the app listens on (`SPIN_HTTP_LISTEN_ADDR`).
+    pub port: u16,
+    _guard: CgroupGuard,
+}
+
+impl Containerd {
+    /// `ctr run -d --net-host` of image `image` with command `/` under the test runtime, the
+    /// app listening on a free loopback port, `extra` added to `ctr run`'s options; waits
+    /// until the task is RUNNING. `Err` carries `ctr run`'s failure text when create fails.
+    pub fn run_spin_app(&self, image: &str, extra: &[String]) -> Result<SpinApp<'_>> {
+        let id = unique("spin");
+        let root = unique("spintest-");
+        let app = SpinApp {
+            containerd: self,
+            _guard: CgroupGuard::new(&root),
+            port: free_loopback_port()?,
+            id,
+        };
+        let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{}", app.port);
+        let cgroup = format!("/{root}/{}", app.id);
+        let runtime = test_runtime();
+        let mut args = vec![
+            "run",
+            "-d",
+            "--net-host",
+            "--runtime",
+            &runtime,
+            "--cgroup",
+            &cgroup,
+            "--env",
+            &listen,
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        args.extend([image, &app.id, "/"]);
+        self.ctr_ok(&args)?;
+        self.wait_task_status(&app.id, "RUNNING", Duration::from_secs(30))?;
+        Ok(app)
+    }
+}
+
+impl SpinApp<'_> {
+    /// GET `path` until the app answers (30 s); the error names the port and shows
+    /// containerd's log tail.
+    pub fn get(&self, path: &str) -> Result<(u16, String)> {
+        wait_for(Duration::from_secs(30), || http_get(self.port, path).ok()).with_context(|| {
+            format!(
+                "no HTTP answer on 127.0.0.1:{} within 30 s\n{}",
+                self.port,
+                self.containerd.log_tail(20)
+            )
+        })
+    }
+}
+
+impl Drop for SpinApp<'_> {
+    fn drop(&mut self) {
+        self.containerd.force_remove(&self.id);
+    }
+}

@@ -145,52 +145,15 @@ fn run_checks(c: &Containerd, name: &str, checks: &[Check]) -> Result<()> {
 
 /// [`run_checks`] with extra `ctr run` arguments (e.g. `--mount ...`).
 fn run_checks_with(c: &Containerd, name: &str, extra: &[String], checks: &[Check]) -> Result<()> {
-    use integration::{test_runtime, unique, wait_for, CgroupGuard};
-    use std::time::Duration;
-    let id = unique("img");
-    let root = unique("imgtest-");
-    let _guard = CgroupGuard::new(&root);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
-    let cgroup = format!("/{root}/{id}");
-    let runtime = test_runtime();
-    let r = (|| {
-        let mut args = vec![
-            "run",
-            "-d",
-            "--net-host",
-            "--runtime",
-            &runtime,
-            "--cgroup",
-            &cgroup,
-            "--env",
-            &listen,
-        ];
-        args.extend(extra.iter().map(String::as_str));
-        args.extend([name, &id, "/"]);
-        c.ctr_ok(&args)?;
-        c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
-        for (path, status, want) in checks {
-            let got = wait_for(Duration::from_secs(30), || {
-                integration::http_get(port, path).ok()
-            });
-            let (st, body) = got.with_context(|| {
-                format!(
-                    "{name}: no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",
-                    c.log_tail(20)
-                )
-            })?;
-            ensure!(
-                st == *status && body.contains(want),
-                "{name}: GET {path} gave {st} {body:?}, wanted {status} with {want:?}"
-            );
-        }
-        Ok(())
-    })();
-    c.force_remove(&id);
-    r
+    let app = c.run_spin_app(name, extra)?;
+    for (path, status, want) in checks {
+        let (st, body) = app.get(path).with_context(|| name.to_string())?;
+        ensure!(
+            st == *status && body.contains(want),
+            "{name}: GET {path} gave {st} {body:?}, wanted {status} with {want:?}"
+        );
+    }
+    Ok(())
 }
 
 fn spin_apps() -> [(&'static str, Vec<Check>); 4] {

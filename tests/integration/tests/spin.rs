@@ -4,10 +4,9 @@
 //! Each serves HTTP on a loopback port of the host network and ends with status 0 on SIGTERM.
 //! Run as root: `cargo test --release -p integration --test spin -- --nocapture`.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use integration::{
-    require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard, CgroupMode,
-    Containerd, ContainerdVersion,
+    require_shim, wait_for, workspace_root, CgroupMode, Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin::{self, FileLayout};
 use std::time::Duration;
@@ -16,66 +15,33 @@ use std::time::Duration;
 /// free loopback port, checks `/hello` answers from the `hello` component, then SIGTERM.
 fn serve_and_stop(c: &Containerd, archive: &std::path::Path, name: &str, wasm: bool) -> Result<()> {
     c.import(archive, wasm)?;
-    let id = unique("spin");
-    let root = unique("spintest-");
-    let _guard = CgroupGuard::new(&root);
-    let port = integration::free_loopback_port()?;
-    let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
-    let cgroup = format!("/{root}/{id}");
-    let runtime = test_runtime();
-    let r = (|| {
-        c.ctr_ok(&[
-            "run",
-            "-d",
-            "--net-host",
-            "--runtime",
-            &runtime,
-            "--cgroup",
-            &cgroup,
-            "--env",
-            &listen,
-            name,
-            &id,
-            "/",
-        ])?;
-        c.wait_task_status(&id, "RUNNING", Duration::from_secs(30))?;
-        let got = wait_for(Duration::from_secs(30), || {
-            integration::http_get(port, "/hello").ok()
-        });
-        let (status, body) = got.with_context(|| {
-            format!(
-                "no HTTP answer on 127.0.0.1:{port} within 30 s\n{}",
-                c.log_tail(20)
-            )
-        })?;
-        ensure!(
-            status == 200 && body.contains("component=hello"),
-            "GET /hello: {status} {body:?}"
-        );
-        c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &id])?;
-        let st = wait_for(Duration::from_secs(20), || {
-            c.task_list()
-                .ok()?
-                .into_iter()
-                .find(|t| t.0 == id && t.2 == "STOPPED")
-        });
-        ensure!(
-            st.is_some(),
-            "the Spin task did not stop within 20 s of SIGTERM"
-        );
-        // `ctr task delete` reports a non-zero exit status either as its own exit code
-        // (older ctr) or as a "non-zero exit code N" warning on stderr (newer ctr).
-        let del = c.ctr_output(&["task", "delete", &id], Duration::from_secs(30))?;
-        let stderr = String::from_utf8_lossy(&del.stderr);
-        ensure!(
-            del.status.code() == Some(0) && !stderr.contains("non-zero exit code"),
-            "a Spin app ended by SIGTERM should exit 0; `ctr task delete` gave {:?}: {stderr}",
-            del.status.code()
-        );
-        Ok(())
-    })();
-    c.force_remove(&id);
-    r
+    let app = c.run_spin_app(name, &[])?;
+    let (status, body) = app.get("/hello")?;
+    ensure!(
+        status == 200 && body.contains("component=hello"),
+        "GET /hello: {status} {body:?}"
+    );
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    let st = wait_for(Duration::from_secs(20), || {
+        c.task_list()
+            .ok()?
+            .into_iter()
+            .find(|t| t.0 == app.id && t.2 == "STOPPED")
+    });
+    ensure!(
+        st.is_some(),
+        "the Spin task did not stop within 20 s of SIGTERM"
+    );
+    // `ctr task delete` reports a non-zero exit status either as its own exit code
+    // (older ctr) or as a "non-zero exit code N" warning on stderr (newer ctr).
+    let del = c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
+    let stderr = String::from_utf8_lossy(&del.stderr);
+    ensure!(
+        del.status.code() == Some(0) && !stderr.contains("non-zero exit code"),
+        "a Spin app ended by SIGTERM should exit 0; `ctr task delete` gave {:?}: {stderr}",
+        del.status.code()
+    );
+    Ok(())
 }
 
 fn spin_container(version: ContainerdVersion) -> Result<()> {
