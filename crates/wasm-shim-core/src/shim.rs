@@ -23,7 +23,7 @@ pub const SANDBOX_ID_ANNOTATION: &str = "io.kubernetes.cri.sandbox-id";
 pub(crate) static ZYGOTE: OnceLock<Arc<zygote::Client>> = OnceLock::new();
 
 /// The shim.
-pub struct SpinShim {
+pub struct WasmShim {
     namespace: String,
     id: String,
     exit: Arc<ExitSignal>,
@@ -53,14 +53,14 @@ fn socket_served(address: &str) -> bool {
 }
 
 #[async_trait]
-impl Shim for SpinShim {
+impl Shim for WasmShim {
     type T = Service;
 
     async fn new(_runtime_id: &str, args: &Flags, _config: &mut Config) -> Self {
         if !args.address.is_empty() {
-            let _ = crate::image::CONTAINERD_ADDRESS.set(args.address.clone());
+            let _ = crate::content::CONTAINERD_ADDRESS.set(args.address.clone());
         }
-        SpinShim {
+        WasmShim {
             namespace: args.namespace.clone(),
             id: args.id.clone(),
             exit: Arc::new(ExitSignal::default()),

@@ -11,12 +11,10 @@ use sha2::{Digest, Sha256};
 
 use crate::zygote::LIBCONTAINER_ID;
 
-/// File in the bundle holding [`Persisted`].
-pub const STATE_FILE: &str = "spin-shim-state.json";
-
-/// Base directory of the per-container libcontainer state roots; override with
-/// `SPIN_SHIM_STATE_DIR` (keep it short: unix socket paths must stay under 108 bytes).
-pub const DEFAULT_STATE_DIR: &str = "/run/spin-shim";
+/// File in the bundle holding [`Persisted`] (`<engine>-shim-state.json`).
+fn state_file() -> &'static str {
+    &crate::shim_names().state_file
+}
 
 /// Exit status reported for a task whose exit was never seen (killed by the shim): 128 +
 /// SIGKILL, as runc's shim reports.
@@ -48,8 +46,8 @@ pub struct Persisted {
 impl Persisted {
     /// Writes the state into `bundle`.
     pub fn save(&self, bundle: &Path) -> anyhow::Result<()> {
-        let p = bundle.join(STATE_FILE);
-        let tmp = bundle.join(format!("{STATE_FILE}.tmp"));
+        let p = bundle.join(state_file());
+        let tmp = bundle.join(format!("{}.tmp", state_file()));
         std::fs::write(&tmp, serde_json::to_vec(self)?)
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
@@ -58,7 +56,7 @@ impl Persisted {
 
     /// Reads the state from `bundle` (None if the shim never saved one there).
     pub fn load(bundle: &Path) -> anyhow::Result<Option<Self>> {
-        let p = bundle.join(STATE_FILE);
+        let p = bundle.join(state_file());
         match std::fs::read(&p) {
             Ok(b) => Ok(Some(
                 serde_json::from_slice(&b).with_context(|| format!("parsing {}", p.display()))?,
@@ -70,11 +68,10 @@ impl Persisted {
 }
 
 /// The libcontainer state root for a container: a short hash of its bundle path (unique
-/// per containerd instance, namespace and id) under the state dir.
+/// per containerd instance, namespace and id) under the state dir
+/// ([`crate::engine::ShimNames::state_dir`]).
 pub fn state_root(bundle: &Path) -> PathBuf {
-    let base = std::env::var_os("SPIN_SHIM_STATE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let base = crate::shim_names().state_dir();
     let digest = Sha256::digest(bundle.as_os_str().as_encoded_bytes());
     base.join(&hex::encode(digest)[..16])
 }
@@ -160,7 +157,7 @@ pub fn cleanup(p: &Persisted, bundle: &Path) -> anyhow::Result<()> {
     if let Some(r) = &p.rootfs_mounted {
         unmount_rootfs(r);
     }
-    let _ = std::fs::remove_file(bundle.join(STATE_FILE));
+    let _ = std::fs::remove_file(bundle.join(state_file()));
     match first {
         Some(e) => Err(e),
         None => Ok(()),

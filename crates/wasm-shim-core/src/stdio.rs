@@ -12,7 +12,10 @@ fn plain_path(uri: &str) -> anyhow::Result<&str> {
         return Ok(p);
     }
     if uri.contains("://") {
-        bail!("stdio URI `{uri}` is not supported by io.containerd.spin.v2: use a FIFO or file path (or file://)");
+        bail!(
+            "stdio URI `{uri}` is not supported by {}: use a FIFO or file path (or file://)",
+            crate::shim_names().runtime_id
+        );
     }
     Ok(uri)
 }

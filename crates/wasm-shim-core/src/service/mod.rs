@@ -37,9 +37,6 @@ mod task;
 
 pub use create::{apply_resources, systemd_option};
 
-/// Runtime name used in error messages.
-pub const RUNTIME: &str = "io.containerd.spin.v2";
-
 fn status(code: ttrpc::Code, msg: impl Into<String>) -> ttrpc::Error {
     ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg.into()))
 }
@@ -52,7 +49,10 @@ fn internal(e: impl std::fmt::Display) -> ttrpc::Error {
 fn unsupported(what: &str) -> ttrpc::Error {
     status(
         ttrpc::Code::UNIMPLEMENTED,
-        format!("{what} is not supported by {RUNTIME}"),
+        format!(
+            "{what} is not supported by {}",
+            crate::shim_names().runtime_id
+        ),
     )
 }
 

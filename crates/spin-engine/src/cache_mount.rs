@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use libcontainer::oci_spec::runtime::{MountBuilder, Spec};
 
-/// Default host directory (same as `spin_runtime::compile_cache::DEFAULT_DIR`).
-pub const DEFAULT_DIR: &str = "/var/lib/containerd-shim-spin-v2/compile-cache";
+/// Default host directory: the Spin runtime's own default.
+pub use spin_runtime::compile_cache::DEFAULT_DIR;
 /// Env var (shim's environment for the host dir; container env inside the container).
-pub const DIR_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_DIR";
+pub use spin_runtime::compile_cache::DIR_ENV;
 /// Env var (shim's environment) capping the cache size in bytes.
 pub const MAX_BYTES_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_MAX_BYTES";
 /// Default size cap: 2 GiB.

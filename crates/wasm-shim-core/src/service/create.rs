@@ -1,5 +1,5 @@
 //! Create's work: the placement decision, the config.json rewrite, the rootfs mount, the
-//! Spin preparation and the zygote request; plus resource updates and the runtime-options
+//! engines' preparation and the zygote request; plus resource updates and the runtime-options
 //! decoding that feeds the placement.
 
 use super::*;
@@ -53,7 +53,7 @@ impl Service {
             }
             std::fs::create_dir_all(&persisted.state_root)?;
             persisted.save(&bundle)?;
-            self.prepare_spin(&req.id, &bundle, &mut spec).await?;
+            self.prepare_engines(&req.id, &bundle, &mut spec).await?;
             let zreq = zygote::CreateRequest {
                 bundle: bundle.clone(),
                 state_root: persisted.state_root.clone(),
@@ -96,50 +96,35 @@ impl Service {
 }
 
 impl Service {
-    /// For command `/`: materialises a Spin OCI artifact from containerd's content store
-    /// into the rootfs (if the rootfs has no `/spin.toml`) and attaches the shared compile
-    /// cache; saves the spec again. Other containers are left alone.
-    async fn prepare_spin(
+    /// Lets every engine prepare the container ([`crate::engine::Engine::prepare`]), then
+    /// saves the spec again.
+    async fn prepare_engines(
         &self,
         id: &str,
-        bundle: &std::path::Path,
+        bundle: &Path,
         spec: &mut libcontainer::oci_spec::runtime::Spec,
     ) -> anyhow::Result<()> {
-        let args = spec
-            .process()
-            .as_ref()
-            .and_then(|p| p.args().clone())
-            .unwrap_or_default();
-        if args.len() != 1 || args[0] != "/" {
-            return Ok(());
-        }
         let root = spec
             .root()
             .as_ref()
             .map(|r| r.path().clone())
             .unwrap_or_else(|| PathBuf::from("rootfs"));
         let rootfs = bundle.join(root);
-        if crate::image::wants_artifact(&args, &rootfs) {
-            let address = crate::image::CONTAINERD_ADDRESS
-                .get()
-                .cloned()
-                .unwrap_or_default();
-            anyhow::ensure!(
-                !address.is_empty(),
-                "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
-            );
-            match crate::image::materialise(&address, &self.inner.namespace, id, &rootfs).await? {
-                Some(m) => tracing::info!(
-                    id,
-                    image = %m.image,
-                    manifest = %m.manifest_digest,
-                    "Spin artifact materialised from the content store"
-                ),
-                None => tracing::debug!(id, "image is not a Wasm artifact"),
-            }
+        let address = crate::content::CONTAINERD_ADDRESS
+            .get()
+            .cloned()
+            .unwrap_or_default();
+        for engine in crate::engines() {
+            let mut p = crate::engine::Prepare {
+                id,
+                namespace: &self.inner.namespace,
+                bundle,
+                rootfs: &rootfs,
+                spec: &mut *spec,
+                containerd_address: &address,
+            };
+            engine.prepare(&mut p).await?;
         }
-        let dir = crate::cache::attach(spec)?;
-        tracing::debug!(id, dir = %dir.display(), "compile cache attached");
         spec.save(bundle.join("config.json"))
             .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))
     }
