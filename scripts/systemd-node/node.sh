@@ -13,7 +13,9 @@
 #
 # Inputs (environment): NODE_SHIM_DIR (directory holding containerd-shim-spin-v2, put first on
 # containerd's PATH), NODE_BIND_RO (space-separated host paths to bind read-only at the same
-# path, for trees not on the root file system), NODE_BOOT_TIMEOUT (seconds, default 90).
+# path, for trees not on the root file system), NODE_BOOT_TIMEOUT (seconds, default 90),
+# NODE_CONTAINERD_CONFIG (the node's containerd config, default containerd.toml here),
+# NODE_CONTAINERD_BIN (the containerd binary, default /usr/bin/containerd, Debian's 1.6).
 #
 # Facts this relies on (checked on Debian 12, systemd 252, hybrid-cgroup host without systemd):
 # - SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 gives the node a pure cgroup v2 tree (the host's unified
@@ -63,9 +65,10 @@ node_populate_upper() {
         e2scrub_all.timer fstrim.timer dpkg-db-backup.timer; do
         ln -sf /dev/null "$upper/etc/systemd/system/$u"
     done
-    cp "$NODE_SCRIPT_DIR/containerd.toml" "$upper/etc/systemd-node/containerd.toml"
-    sed "s#@PATH@#${shim_dir}:${NODE_PATH_INSIDE}#" "$NODE_SCRIPT_DIR/node-containerd.service" \
-        >"$upper/etc/systemd/system/node-containerd.service"
+    cp "${NODE_CONTAINERD_CONFIG:-$NODE_SCRIPT_DIR/containerd.toml}" "$upper/etc/systemd-node/containerd.toml"
+    sed -e "s#@PATH@#${shim_dir}:${NODE_PATH_INSIDE}#" \
+        -e "s#@CONTAINERD@#${NODE_CONTAINERD_BIN:-/usr/bin/containerd}#" \
+        "$NODE_SCRIPT_DIR/node-containerd.service" >"$upper/etc/systemd/system/node-containerd.service"
 }
 
 node_boot() {
