@@ -12,6 +12,8 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::error::ShimError;
+
 /// Config media type of Wasm OCI artifacts (`application/vnd.wasm.config.v0+json`).
 pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
@@ -167,7 +169,7 @@ impl Containerd {
                 proto::GetContainerRequest { id: id.into() },
             )
             .await
-            .map_err(|s| anyhow::anyhow!("containerd: get container {id}: {}", s.message()))?;
+            .map_err(|s| status_error(s, format!("containerd: get container {id}")))?;
         Ok(resp.container.map(|c| c.image).unwrap_or_default())
     }
 
@@ -180,10 +182,9 @@ impl Containerd {
             )
             .await
             .map_err(|s| {
-                anyhow::anyhow!(
-                    "containerd: image {name} (namespace {}): {}",
-                    self.namespace,
-                    s.message()
+                status_error(
+                    s,
+                    format!("containerd: image {name} (namespace {})", self.namespace),
                 )
             })?;
         resp.image
@@ -210,10 +211,10 @@ impl Containerd {
             tonic_prost::ProstCodec::<proto::ReadContentRequest, proto::ReadContentResponse>::default();
         let missing = |s: tonic::Status| {
             if s.code() == tonic::Code::NotFound {
-                anyhow::anyhow!(
+                anyhow::Error::new(ShimError::NotFound(format!(
                     "{what}: content {digest} is missing from containerd's content store (namespace {}); re-import or re-pull the image",
                     self.namespace
-                )
+                )))
             } else {
                 anyhow::anyhow!("{what}: reading content {digest}: {}", s.message())
             }
@@ -235,6 +236,16 @@ impl Containerd {
         }
         verify(&data, hex_digest, what)?;
         Ok(data)
+    }
+}
+
+/// containerd's error `s` about `what`; NOT_FOUND stays [`ShimError::NotFound`].
+fn status_error(s: tonic::Status, what: String) -> anyhow::Error {
+    let msg = format!("{what}: {}", s.message());
+    if s.code() == tonic::Code::NotFound {
+        ShimError::NotFound(msg).into()
+    } else {
+        anyhow::anyhow!(msg)
     }
 }
 

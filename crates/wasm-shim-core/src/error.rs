@@ -55,10 +55,12 @@ impl From<ShimError> for ttrpc::Error {
 pub fn code_of(e: &anyhow::Error) -> ttrpc::Code {
     e.chain()
         .find_map(|c| {
-            c.downcast_ref::<ShimError>().map(ShimError::code).or_else(|| {
-                c.downcast_ref::<PlacementError>()
-                    .map(|_| ttrpc::Code::INVALID_ARGUMENT)
-            })
+            c.downcast_ref::<ShimError>()
+                .map(ShimError::code)
+                .or_else(|| {
+                    c.downcast_ref::<PlacementError>()
+                        .map(|_| ttrpc::Code::INVALID_ARGUMENT)
+                })
         })
         .unwrap_or(ttrpc::Code::UNKNOWN)
 }
@@ -82,7 +84,10 @@ mod tests {
         let ttrpc::Error::RpcStatus(s) = to_ttrpc(&e) else {
             panic!("not a status")
         };
-        assert!(s.message.contains("layer 1") && s.message.contains("sha256:aa"), "{s:?}");
+        assert!(
+            s.message.contains("layer 1") && s.message.contains("sha256:aa"),
+            "{s:?}"
+        );
         let p = cgroup_placement::parse_cgroups_path("a:b").unwrap_err();
         assert_eq!(
             code_of(&anyhow::Error::new(p).context("create")),

@@ -29,6 +29,7 @@
 
 pub mod content;
 pub mod engine;
+pub mod error;
 pub mod executor;
 pub mod logging;
 pub mod oom;

@@ -98,7 +98,7 @@ impl Shim for WasmShim {
         match Persisted::load(&bundle) {
             Ok(Some(p)) => {
                 pid = p.pid.unwrap_or_default();
-                state::kill_all(&p.placement);
+                p.placement.kill_all();
                 if let Err(e) = state::cleanup(&p, &bundle) {
                     tracing::warn!(id = %self.id, "delete: {e:#}");
                 }

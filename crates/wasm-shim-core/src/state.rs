@@ -2,7 +2,6 @@
 //! (after a shim crash or a containerd restart), and the cleanup both paths share.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::Context as _;
 use cgroup_placement::Placement;
@@ -22,11 +21,6 @@ pub const KILLED_EXIT_STATUS: u32 = 128 + libc::SIGKILL as u32;
 
 /// Upper bound on stacked mounts [`unmount_rootfs`] takes off the rootfs mount point.
 const MAX_STACKED_MOUNTS: usize = 16;
-
-/// [`kill_all`] signals the cgroup's processes up to this many times ...
-const KILL_ALL_ROUNDS: usize = 50;
-/// ... this far apart (about a second in all).
-const KILL_ALL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Per-container state saved in the bundle.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -105,29 +99,6 @@ pub fn unmount_rootfs(target: &Path) {
             break;
         }
     }
-}
-
-/// Kills every process left in the container's cgroup and waits (bounded) until it is
-/// empty. Returns the pids that were signalled.
-pub fn kill_all(placement: &Placement) -> Vec<i32> {
-    let mut killed = Vec::new();
-    for _ in 0..KILL_ALL_ROUNDS {
-        let pids = placement.pids().unwrap_or_default();
-        if pids.is_empty() {
-            break;
-        }
-        for &pid in &pids {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            if !killed.contains(&pid) {
-                killed.push(pid);
-            }
-        }
-        std::thread::sleep(KILL_ALL_INTERVAL);
-    }
-    killed
 }
 
 /// Removes what a container left: libcontainer state (running its poststop hooks), the

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use cgroup_placement::{Host, Placement};
+use cgroup_placement::Host;
 use containerd_shim::asynchronous::monitor::monitor_subscribe;
 use containerd_shim::asynchronous::ExitSignal;
 use containerd_shim::monitor::{Subject, Topic};
@@ -18,9 +18,8 @@ use containerd_shim::protos::api;
 use containerd_shim::protos::events::task::{
     TaskCreate, TaskDelete, TaskExit, TaskIO, TaskOOM, TaskPaused, TaskResumed, TaskStart,
 };
-use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim::protos::protobuf::{Message, MessageDyn, MessageField};
+use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
 use containerd_shim::protos::shim_async::Task;
 use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, r#async::TtrpcContext};
@@ -28,6 +27,7 @@ use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::TtrpcResult;
 use tokio::sync::watch;
 
+use crate::error::ShimError;
 use crate::state::{self, Persisted};
 use crate::zygote::{self, LIBCONTAINER_ID};
 
@@ -35,25 +35,18 @@ mod create;
 mod exits;
 mod task;
 
-pub use create::{apply_resources, systemd_option};
-
-fn status(code: ttrpc::Code, msg: impl Into<String>) -> ttrpc::Error {
-    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg.into()))
-}
 fn not_found(id: &str) -> ttrpc::Error {
-    status(ttrpc::Code::NOT_FOUND, format!("task {id} not found"))
+    ShimError::NotFound(format!("task {id} not found")).into()
 }
 fn internal(e: impl std::fmt::Display) -> ttrpc::Error {
-    status(ttrpc::Code::INTERNAL, e.to_string())
+    ShimError::Internal(e.to_string()).into()
 }
 fn unsupported(what: &str) -> ttrpc::Error {
-    status(
-        ttrpc::Code::UNIMPLEMENTED,
-        format!(
-            "{what} is not supported by {}",
-            crate::shim_names().runtime_id
-        ),
-    )
+    ShimError::Unimplemented(format!(
+        "{what} is not supported by {}",
+        crate::shim_names().runtime_id
+    ))
+    .into()
 }
 
 /// Lifecycle of a task as containerd sees it.
@@ -185,13 +178,11 @@ impl Service {
     ) -> TtrpcResult<Arc<Ctr>> {
         let c = self.get(id)?;
         if c.phase() != from {
-            return Err(status(
-                ttrpc::Code::FAILED_PRECONDITION,
-                format!(
-                    "cannot {what} task {id}: it is {:?}, not {from:?}",
-                    c.phase()
-                ),
-            ));
+            return Err(ShimError::FailedPrecondition(format!(
+                "cannot {what} task {id}: it is {:?}, not {from:?}",
+                c.phase()
+            ))
+            .into());
         }
         let root = c.persisted.state_root.clone();
         tokio::task::spawn_blocking(move || -> TtrpcResult<()> {

@@ -14,10 +14,7 @@ impl Task for Service {
     ) -> TtrpcResult<api::CreateTaskResponse> {
         tracing::debug!(id = %req.id, bundle = %req.bundle, "create");
         if self.inner.containers.lock().unwrap().contains_key(&req.id) {
-            return Err(status(
-                ttrpc::Code::ALREADY_EXISTS,
-                format!("task {} already exists", req.id),
-            ));
+            return Err(ShimError::AlreadyExists(format!("task {} already exists", req.id)).into());
         }
         if req.terminal {
             return Err(unsupported("a terminal (tty)"));
@@ -27,7 +24,7 @@ impl Task for Service {
         }
         let ctr = self.create_inner(&req).await.map_err(|e| {
             tracing::error!(id = %req.id, "create failed: {e:#}");
-            status(ttrpc::Code::UNKNOWN, format!("{e:#}"))
+            crate::error::to_ttrpc(&e)
         })?;
         self.inner
             .containers
@@ -173,10 +170,7 @@ impl Task for Service {
         tracing::debug!(id = %req.id, signal = req.signal, all = req.all, "kill");
         let sig = req.signal as i32;
         if nix::sys::signal::Signal::try_from(sig).is_err() {
-            return Err(status(
-                ttrpc::Code::INVALID_ARGUMENT,
-                format!("invalid signal {sig}"),
-            ));
+            return Err(ShimError::InvalidArgument(format!("invalid signal {sig}")).into());
         }
         if req.all {
             for pid in c.persisted.placement.pids().map_err(internal)? {
@@ -185,17 +179,17 @@ impl Task for Service {
             return Ok(api::Empty::new());
         }
         if c.exit().is_some() {
-            return Err(status(
-                ttrpc::Code::NOT_FOUND,
-                format!("process already finished: task {}", req.id),
-            ));
+            return Err(
+                ShimError::NotFound(format!("process already finished: task {}", req.id)).into(),
+            );
         }
         match kill_pid(c.pid, sig) {
             Ok(()) => Ok(api::Empty::new()),
-            Err(nix::errno::Errno::ESRCH) => Err(status(
-                ttrpc::Code::NOT_FOUND,
-                format!("process already finished: task {}", req.id),
-            )),
+            Err(nix::errno::Errno::ESRCH) => Err(ShimError::NotFound(format!(
+                "process already finished: task {}",
+                req.id
+            ))
+            .into()),
             Err(e) => Err(internal(format!("signalling pid {}: {e}", c.pid))),
         }
     }
@@ -211,10 +205,11 @@ impl Task for Service {
         let c = self.get(&req.id)?;
         if c.exit().is_none() {
             if c.phase() != Phase::Created {
-                return Err(status(
-                    ttrpc::Code::FAILED_PRECONDITION,
-                    format!("task {} is still running: kill it first", req.id),
-                ));
+                return Err(ShimError::FailedPrecondition(format!(
+                    "task {} is still running: kill it first",
+                    req.id
+                ))
+                .into());
             }
             // Created but never started: end it, as runc does.
             let _ = kill_pid(c.pid, libc::SIGKILL);
@@ -224,7 +219,7 @@ impl Task for Service {
         let p = c.persisted.clone();
         let bundle = c.bundle.clone();
         tokio::task::spawn_blocking(move || {
-            state::kill_all(&p.placement);
+            p.placement.kill_all();
             state::cleanup(&p, &bundle)
         })
         .await
@@ -300,19 +295,15 @@ impl Task for Service {
         let Some(any) = req.resources.as_ref() else {
             return Ok(api::Empty::new());
         };
-        let mut res: libcontainer::oci_spec::runtime::LinuxResources =
+        let res: libcontainer::oci_spec::runtime::LinuxResources =
             serde_json::from_slice(&any.value).map_err(|e| {
-                status(
-                    ttrpc::Code::INVALID_ARGUMENT,
-                    format!(
-                        "update: resources ({}) are not OCI LinuxResources JSON: {e}",
-                        any.type_url
-                    ),
-                )
+                ShimError::InvalidArgument(format!(
+                    "update: resources ({}) are not OCI LinuxResources JSON: {e}",
+                    any.type_url
+                ))
             })?;
-        cgroup_placement::filter_resources(&self.inner.host, &mut res);
-        let placement = c.persisted.placement.clone();
-        tokio::task::spawn_blocking(move || apply_resources(&placement, &res))
+        let (placement, inner) = (c.persisted.placement.clone(), self.inner.clone());
+        tokio::task::spawn_blocking(move || placement.update_resources(&inner.host, &res))
             .await
             .map_err(internal)?
             .map_err(|e| internal(format!("update: applying resources: {e:#}")))?;
