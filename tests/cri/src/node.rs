@@ -55,6 +55,7 @@ impl Node {
                 "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n{}",
                 if with_spin { SPIN_RUNTIME_TABLE } else { "" }
             ),
+            ..Default::default()
         };
         let containerd = Containerd::start_with(version, mode_for(layout), &config)?;
         Ok(Node {
