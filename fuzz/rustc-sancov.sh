@@ -12,7 +12,7 @@ for a in "$@"; do
     prev="$a"
 done
 case "$name" in
-    cgroup_placement | containerd_shim_wasm | spin_runtime | spin_app_format | \
+    cgroup_placement | wasm_shim_core | spin_runtime | spin_app_format | \
     cgroups_path | mountinfo | runtime_options | spin_manifest | locked_app | oci_manifest | \
     serde_json | toml | toml_edit | toml_parser | toml_datetime | winnow | protobuf | base64 | glob)
         exec "$rustc" "$@" \

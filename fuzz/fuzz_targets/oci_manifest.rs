@@ -2,7 +2,7 @@
 //! descriptor it returns has a digest that is safe as a file name.
 #![no_main]
 
-use containerd_shim_wasm::image::{read_image_document, ImageDocument};
+use wasm_shim_core::content::{read_image_document, ImageDocument};
 use libfuzzer_sys::fuzz_target;
 
 fn safe(digest: &str) {

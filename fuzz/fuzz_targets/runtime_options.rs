@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         value: data[1..].to_vec(),
         ..Default::default()
     };
-    let _ = containerd_shim_wasm::service::systemd_option(Some(&any));
+    let _ = cgroup_placement::systemd_option(Some(&any));
     if let Ok(body) = std::str::from_utf8(&data[1..]) {
         let _ = cgroup_placement::systemd_cgroup_option(body);
     }
