@@ -13,12 +13,20 @@ pub fn convert_allowed_http_hosts(
     allow_database_access: bool,
 ) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = if allow_database_access {
-        vec!["redis://*:*".into(), "mysql://*:*".into(), "postgres://*:*".into()]
+        vec![
+            "redis://*:*".into(),
+            "mysql://*:*".into(),
+            "postgres://*:*".into(),
+        ]
     } else {
         Vec::new()
     };
     if hosts.iter().any(|h| h == ALLOW_ALL) {
-        out.extend(["http://*:*".into(), "https://*:*".into(), "http://self".into()]);
+        out.extend([
+            "http://*:*".into(),
+            "https://*:*".into(),
+            "http://self".into(),
+        ]);
         return Ok(out);
     }
     let mut errors = Vec::new();
@@ -54,7 +62,9 @@ fn parse_host(text: &str) -> Result<(String, Option<u16>), String> {
         }
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.contains('/') {
-            return Err(format!("{text} contains a path, should be host and optional port only"));
+            return Err(format!(
+                "{text} contains a path, should be host and optional port only"
+            ));
         }
         rest
     } else {
@@ -102,12 +112,27 @@ mod tests {
 
     #[test]
     fn as_spin_converts() {
-        assert_eq!(conv(&["spin.fermyon.dev"]).unwrap(), ["http://spin.fermyon.dev", "https://spin.fermyon.dev"]);
-        assert_eq!(conv(&["localhost:3001"]).unwrap(), ["http://localhost:3001", "https://localhost:3001"]);
-        assert_eq!(conv(&["https://x.org:5555/"]).unwrap(), ["http://x.org:5555", "https://x.org:5555"]);
-        assert_eq!(conv(&["http://[::1]:8001"]).unwrap(), ["http://[::1]:8001", "https://[::1]:8001"]);
+        assert_eq!(
+            conv(&["spin.fermyon.dev"]).unwrap(),
+            ["http://spin.fermyon.dev", "https://spin.fermyon.dev"]
+        );
+        assert_eq!(
+            conv(&["localhost:3001"]).unwrap(),
+            ["http://localhost:3001", "https://localhost:3001"]
+        );
+        assert_eq!(
+            conv(&["https://x.org:5555/"]).unwrap(),
+            ["http://x.org:5555", "https://x.org:5555"]
+        );
+        assert_eq!(
+            conv(&["http://[::1]:8001"]).unwrap(),
+            ["http://[::1]:8001", "https://[::1]:8001"]
+        );
         assert_eq!(conv(&["self"]).unwrap(), ["http://self"]);
-        assert_eq!(conv(&["a.com", "insecure:allow-all"]).unwrap(), ["http://*:*", "https://*:*", "http://self"]);
+        assert_eq!(
+            conv(&["a.com", "insecure:allow-all"]).unwrap(),
+            ["http://*:*", "https://*:*", "http://self"]
+        );
         assert!(conv(&["http://x.org/a"]).unwrap_err().contains("path"));
         assert!(conv(&["ftp://x.org"]).is_err());
         let with_db = convert_allowed_http_hosts(&[], true).unwrap();

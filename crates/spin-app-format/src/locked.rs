@@ -104,8 +104,8 @@ impl LockedApp {
     /// Parses a locked app. Errors say what is wrong: not JSON, a missing field, an
     /// unsupported `spin_lock_version`, a `must_understand` entry this reader does not know.
     pub fn from_json(bytes: &[u8]) -> anyhow::Result<LockedApp> {
-        let wire: LockedAppWire = serde_json::from_slice(bytes)
-            .map_err(|e| anyhow!("invalid locked-app JSON: {e}"))?;
+        let wire: LockedAppWire =
+            serde_json::from_slice(bytes).map_err(|e| anyhow!("invalid locked-app JSON: {e}"))?;
         if wire.spin_lock_version > 1 {
             bail!(
                 "key `spin_lock_version`: version {} is not supported (0 and 1 are)",
@@ -164,7 +164,11 @@ impl LockedApp {
         let mut unmet: Vec<String> = self
             .host_requirements
             .keys()
-            .chain(self.components.iter().flat_map(|c| c.host_requirements.keys()))
+            .chain(
+                self.components
+                    .iter()
+                    .flat_map(|c| c.host_requirements.keys()),
+            )
             .filter(|k| !supported.contains(&k.as_str()))
             .cloned()
             .collect();
@@ -210,9 +214,8 @@ impl LockedComponent {
     pub fn metadata_list(&self, key: &str) -> anyhow::Result<Vec<String>> {
         match self.metadata.get(key) {
             None | Some(Value::Null) => Ok(Vec::new()),
-            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                anyhow!("component `{}`: key `metadata.{key}`: {e}", self.id)
-            }),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| anyhow!("component `{}`: key `metadata.{key}`: {e}", self.id)),
         }
     }
 
@@ -222,8 +225,12 @@ impl LockedComponent {
     pub fn allowed_outbound_hosts(&self) -> anyhow::Result<Vec<String>> {
         let hosts = self.metadata_list("allowed_outbound_hosts")?;
         let old = self.metadata_list("allowed_http_hosts")?;
-        let converted = crate::hosts::convert_allowed_http_hosts(&old, false)
-            .map_err(|e| anyhow!("component `{}`: key `metadata.allowed_http_hosts`: {e}", self.id))?;
+        let converted = crate::hosts::convert_allowed_http_hosts(&old, false).map_err(|e| {
+            anyhow!(
+                "component `{}`: key `metadata.allowed_http_hosts`: {e}",
+                self.id
+            )
+        })?;
         Ok(hosts.into_iter().chain(converted).collect())
     }
 }
@@ -438,20 +445,27 @@ mod tests {
             v,
             json!({"inline": "dGlueQ", "digest": sha256_digest(b"tiny"), "path": "static/a.txt"})
         );
-        let back: ContentPath = serde_json::from_value(json!({"inline": "dGlueQ==", "path": "x"})).unwrap();
+        let back: ContentPath =
+            serde_json::from_value(json!({"inline": "dGlueQ==", "path": "x"})).unwrap();
         assert_eq!(back.content.inline.as_deref(), Some(&b"tiny"[..]));
     }
 
     #[test]
     fn version_follows_host_requirements() {
         let mut app = LockedApp::default();
-        assert!(String::from_utf8(app.to_json()).unwrap().starts_with(r#"{"spin_lock_version":0,"triggers":[]"#));
-        app.host_requirements.insert(SERVICE_CHAINING_KEY.into(), "required".into());
-        app.must_understand.push(MUST_UNDERSTAND_HOST_REQUIREMENTS.into());
+        assert!(String::from_utf8(app.to_json())
+            .unwrap()
+            .starts_with(r#"{"spin_lock_version":0,"triggers":[]"#));
+        app.host_requirements
+            .insert(SERVICE_CHAINING_KEY.into(), "required".into());
+        app.must_understand
+            .push(MUST_UNDERSTAND_HOST_REQUIREMENTS.into());
         let back = LockedApp::from_json(&app.to_json()).unwrap();
         assert_eq!(back.spin_lock_version, 1);
         assert_eq!(back.unmet_host_requirements(&[]), [SERVICE_CHAINING_KEY]);
-        assert!(back.unmet_host_requirements(&[SERVICE_CHAINING_KEY]).is_empty());
+        assert!(back
+            .unmet_host_requirements(&[SERVICE_CHAINING_KEY])
+            .is_empty());
     }
 
     #[test]
@@ -459,10 +473,15 @@ mod tests {
         let ok = json!({"spin_lock_version": 1, "triggers": [], "components": [], "future": 1});
         LockedApp::from_json(ok.to_string().as_bytes()).unwrap();
         let bad = json!({"spin_lock_version": 1, "must_understand": ["teleport"], "triggers": [], "components": []});
-        let e = LockedApp::from_json(bad.to_string().as_bytes()).unwrap_err().to_string();
+        let e = LockedApp::from_json(bad.to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("teleport"), "{e}");
         let opt = json!({"spin_lock_version": 1, "host_requirements": {"x": "optional"}, "triggers": [], "components": []});
-        assert!(LockedApp::from_json(opt.to_string().as_bytes()).unwrap().host_requirements.is_empty());
+        assert!(LockedApp::from_json(opt.to_string().as_bytes())
+            .unwrap()
+            .host_requirements
+            .is_empty());
     }
 
     #[test]

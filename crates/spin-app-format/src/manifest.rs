@@ -218,7 +218,9 @@ pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String
     }
     let wrong = if delim == '-' { '_' } else { '-' };
     if id.contains(wrong) {
-        return Err(format!("words must be separated with {delim:?}, not {wrong:?}"));
+        return Err(format!(
+            "words must be separated with {delim:?}, not {wrong:?}"
+        ));
     }
     for word in id.split(delim) {
         let mut chars = word.chars();
@@ -226,7 +228,9 @@ pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String
             return Err(format!("{delim:?}-separated words must not be empty"));
         };
         if !first.is_ascii_alphabetic() {
-            return Err(format!("{delim:?}-separated words must start with an ASCII letter; got {first:?}"));
+            return Err(format!(
+                "{delim:?}-separated words must start with an ASCII letter; got {first:?}"
+            ));
         }
         let upper = first.is_ascii_uppercase();
         for ch in chars {
@@ -234,14 +238,18 @@ pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String
                 continue;
             }
             if !ch.is_ascii_alphanumeric() {
-                return Err(format!("{delim:?}-separated words may only contain alphanumeric ASCII; got {ch:?}"));
+                return Err(format!(
+                    "{delim:?}-separated words may only contain alphanumeric ASCII; got {ch:?}"
+                ));
             }
             if ch.is_ascii_uppercase() != upper {
                 return Err(format!("{delim:?}-separated words must be all lowercase or all UPPERCASE; got {word:?}"));
             }
         }
         if lower_only && upper {
-            return Err(format!("lower-case identifiers must be all lowercase; got {id:?}"));
+            return Err(format!(
+                "lower-case identifiers must be all lowercase; got {id:?}"
+            ));
         }
     }
     Ok(())
@@ -297,8 +305,8 @@ fn component_spec(v: toml::Value, origin: &str, key: &str) -> anyhow::Result<Com
 /// Parses and locks manifest text; `base` (absolute) is where relative paths resolve and
 /// `origin` names the file in errors.
 pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> {
-    let raw: toml::Table =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: invalid TOML: {}", one_line(&e.to_string())))?;
+    let raw: toml::Table = toml::from_str(text)
+        .map_err(|e| anyhow!("{origin}: invalid TOML: {}", one_line(&e.to_string())))?;
     match raw.get("spin_manifest_version") {
         Some(toml::Value::Integer(2)) => {}
         Some(toml::Value::String(v)) if v == "1" => bail!(
@@ -324,7 +332,11 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
         if v.required == v.default.is_some() {
             bail!(
                 "{origin}: key `variables.{name}`: must be `required = true` OR have a `default`{}",
-                if v.required { " (it has both; remove one)" } else { " (it has neither)" }
+                if v.required {
+                    " (it has both; remove one)"
+                } else {
+                    " (it has neither)"
+                }
             );
         }
         variables.insert(
@@ -394,7 +406,11 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
 
     // Cross references.
     for e in &entries {
-        for spec in e.component.iter().chain(e.components.iter().flat_map(|(_, v)| v.iter())) {
+        for spec in e
+            .component
+            .iter()
+            .chain(e.components.iter().flat_map(|(_, v)| v.iter()))
+        {
             if let ComponentSpec::Reference(id) = spec {
                 if !components.contains_key(id) {
                     bail!(
@@ -447,8 +463,12 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
             }
             config.insert("components".into(), t.into());
         }
-        let trigger_config: Value = serde_json::to_value(&config)
-            .with_context(|| format!("{origin}: trigger `{}`: config is not representable as JSON", e.id))?;
+        let trigger_config: Value = serde_json::to_value(&config).with_context(|| {
+            format!(
+                "{origin}: trigger `{}`: config is not representable as JSON",
+                e.id
+            )
+        })?;
         triggers.push(LockedTrigger {
             id: e.id.clone(),
             trigger_type: e.trigger_type.clone(),
@@ -588,32 +608,33 @@ fn lock_component(
     key: &str,
     variables: &std::collections::BTreeMap<String, Variable>,
 ) -> anyhow::Result<(LockedComponent, Vec<LocalFile>)> {
-    let source = match &c.source {
-        SourceToml::Local(p) => {
-            let path = base.join(p);
-            if !path.is_file() {
-                bail!(
-                    "{origin}: key `{key}.source`: Wasm file `{p}` not found at {} (build the \
+    let source =
+        match &c.source {
+            SourceToml::Local(p) => {
+                let path = base.join(p);
+                if !path.is_file() {
+                    bail!(
+                        "{origin}: key `{key}.source`: Wasm file `{p}` not found at {} (build the \
                      component first, or fix the path; it is relative to the manifest)",
-                    path.display()
-                );
+                        path.display()
+                    );
+                }
+                path
             }
-            path
-        }
-        SourceToml::Remote { url, .. } => bail!(
-            "{origin}: key `{key}.source`: remote sources ({url}) are not supported here; \
+            SourceToml::Remote { url, .. } => bail!(
+                "{origin}: key `{key}.source`: remote sources ({url}) are not supported here; \
              download the file and give its path, or push the app as an OCI artifact"
-        ),
-        SourceToml::Registry {
-            registry,
-            package,
-            version,
-        } => bail!(
+            ),
+            SourceToml::Registry {
+                registry,
+                package,
+                version,
+            } => bail!(
             "{origin}: key `{key}.source`: registry package sources ({}{package}@{version}) are \
              not supported here; give a file path",
             registry.as_ref().map(|r| format!("{r}/")).unwrap_or_default()
         ),
-    };
+        };
     if !c.dependencies.is_empty() {
         bail!(
             "{origin}: key `{key}.dependencies`: component dependencies cannot be locked here; \
@@ -629,8 +650,9 @@ fn lock_component(
         .chain(converted)
         .collect();
     for (k, template) in c.variables.iter() {
-        validate_id(k, '_', true)
-            .map_err(|e| anyhow!("{origin}: key `{key}.variables.{k}`: invalid variable name: {e}"))?;
+        validate_id(k, '_', true).map_err(|e| {
+            anyhow!("{origin}: key `{key}.variables.{k}`: invalid variable name: {e}")
+        })?;
         for r in template_references(template)
             .map_err(|e| anyhow!("{origin}: key `{key}.variables.{k}`: {e}"))?
         {
@@ -670,9 +692,17 @@ fn lock_component(
                 content_type: WASM_CONTENT_TYPE.into(),
                 content: ContentRef::file(&source),
             },
-            env: c.environment.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env: c
+                .environment
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             files: lock_files,
-            config: c.variables.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            config: c
+                .variables
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             dependencies: Default::default(),
             trigger_dependencies: Default::default(),
             host_requirements: ValuesMap::new(),
@@ -716,8 +746,9 @@ fn component_files(
         .exclude_files
         .iter()
         .map(|p| {
-            glob::Pattern::new(p)
-                .map_err(|e| anyhow!("{origin}: key `{key}.exclude_files`: invalid pattern `{p}`: {e}"))
+            glob::Pattern::new(p).map_err(|e| {
+                anyhow!("{origin}: key `{key}.exclude_files`: invalid pattern `{p}`: {e}")
+            })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let excluded = |host: &Path| {
@@ -738,7 +769,12 @@ fn component_files(
     };
     let mut lock = Vec::new();
     let mut all = Vec::new();
-    fn add_file(host: PathBuf, guest: String, lock: &mut Vec<ContentPath>, all: &mut Vec<LocalFile>) {
+    fn add_file(
+        host: PathBuf,
+        guest: String,
+        lock: &mut Vec<ContentPath>,
+        all: &mut Vec<LocalFile>,
+    ) {
         lock.push(ContentPath {
             content: ContentRef::file(&host),
             path: format!("/{guest}"),
@@ -750,7 +786,9 @@ fn component_files(
             FilesMount::Pattern(pattern) => {
                 let rel = Path::new(pattern);
                 if rel.is_absolute()
-                    || rel.components().any(|c| matches!(c, std::path::Component::ParentDir))
+                    || rel
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
                 {
                     bail!(
                         "{origin}: key `{key}.files`: pattern `{pattern}` must be relative to the \
@@ -775,11 +813,15 @@ fn component_files(
                     inside(&path)?;
                     add_file(path, rel_string(rel), &mut lock, &mut all);
                 } else if glob::Pattern::escape(pattern) != *pattern {
-                    let full = format!("{}/{}", glob::Pattern::escape(&base.to_string_lossy()), pattern);
+                    let full = format!(
+                        "{}/{}",
+                        glob::Pattern::escape(&base.to_string_lossy()),
+                        pattern
+                    );
                     let mut matched = Vec::new();
-                    for m in glob::glob(&full)
-                        .map_err(|e| anyhow!("{origin}: key `{key}.files`: bad pattern `{pattern}`: {e}"))?
-                    {
+                    for m in glob::glob(&full).map_err(|e| {
+                        anyhow!("{origin}: key `{key}.files`: bad pattern `{pattern}`: {e}")
+                    })? {
                         let m = m.map_err(|e| anyhow!("{origin}: key `{key}.files`: {e}"))?;
                         if m.is_file() {
                             matched.push(m);
@@ -815,13 +857,24 @@ fn component_files(
                         });
                         for f in keep {
                             let inner = rel_string(f.strip_prefix(&src)?);
-                            let guest = if dest.is_empty() { inner } else { format!("{dest}/{inner}") };
-                            all.push(LocalFile { host: f, path: guest });
+                            let guest = if dest.is_empty() {
+                                inner
+                            } else {
+                                format!("{dest}/{inner}")
+                            };
+                            all.push(LocalFile {
+                                host: f,
+                                path: guest,
+                            });
                         }
                     } else {
                         for f in keep {
                             let inner = rel_string(f.strip_prefix(&src)?);
-                            let guest = if dest.is_empty() { inner } else { format!("{dest}/{inner}") };
+                            let guest = if dest.is_empty() {
+                                inner
+                            } else {
+                                format!("{dest}/{inner}")
+                            };
                             add_file(f, guest, &mut lock, &mut all);
                         }
                     }

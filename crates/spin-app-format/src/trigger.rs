@@ -164,7 +164,11 @@ impl<'de> Deserialize<'de> for HttpExecutor {
                 let argv = match m.remove("argv") {
                     None => "${SCRIPT_NAME} ${ARGS}".to_string(),
                     Some(Value::String(a)) => a,
-                    Some(other) => return Err(D::Error::custom(format!("wagi `argv` must be a string, found {other}"))),
+                    Some(other) => {
+                        return Err(D::Error::custom(format!(
+                            "wagi `argv` must be a string, found {other}"
+                        )))
+                    }
                 };
                 m.remove("entrypoint");
                 if let Some(k) = m.keys().next() {
@@ -228,18 +232,42 @@ mod tests {
 
     #[test]
     fn http_typed_others_kept() {
-        let TriggerConfig::Http(h) = http(json!({"route": {"private": true}, "component": "c", "executor": {"type": "spin"}})).unwrap() else { panic!() };
-        assert_eq!((h.route, h.executor), (HttpRoute::Private, Some(HttpExecutor::Http)));
+        let TriggerConfig::Http(h) = http(
+            json!({"route": {"private": true}, "component": "c", "executor": {"type": "spin"}}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (h.route, h.executor),
+            (HttpRoute::Private, Some(HttpExecutor::Http))
+        );
         let TriggerConfig::Http(h) = http(json!({"route": "/", "static_response": {"status_code": 404, "headers": {"b": "1", "a": "2"}, "body": "x"}})).unwrap() else { panic!() };
         let sr = h.static_response.unwrap();
         // A JSON object (as in a lock) is read in its key order.
         assert_eq!(sr.headers.keys().collect::<Vec<_>>(), ["a", "b"]);
-        let TriggerConfig::Http(h) = http(json!({"route": "/", "component": "c", "executor": {"type": "wasip3-unstable"}})).unwrap() else { panic!() };
+        let TriggerConfig::Http(h) =
+            http(json!({"route": "/", "component": "c", "executor": {"type": "wasip3-unstable"}}))
+                .unwrap()
+        else {
+            panic!()
+        };
         assert_eq!(h.executor.unwrap().type_name(), "wasip3-unstable");
-        assert!(http(json!({"route": 5, "component": "c"})).unwrap_err().to_string().contains("route"));
+        assert!(http(json!({"route": 5, "component": "c"}))
+            .unwrap_err()
+            .to_string()
+            .contains("route"));
         assert!(http(json!({"route": "/", "component": "c", "extra": 1})).is_err());
-        let other = TriggerConfig::of(&LockedTrigger { id: "r".into(), trigger_type: "redis".into(), trigger_config: json!({"channel": "x", "component": "c"}), trigger_dependencies: Default::default() }).unwrap();
+        let other = TriggerConfig::of(&LockedTrigger {
+            id: "r".into(),
+            trigger_type: "redis".into(),
+            trigger_config: json!({"channel": "x", "component": "c"}),
+            trigger_dependencies: Default::default(),
+        })
+        .unwrap();
         assert_eq!(other.component(), Some("c"));
-        assert!(matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "redis"));
+        assert!(
+            matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "redis")
+        );
     }
 }

@@ -8,8 +8,12 @@ use spin_app_format::locked::sha256_digest;
 use spin_app_format::{manifest, HttpRoute, LockedApp, TriggerConfig};
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name))
-        .unwrap()
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -19,13 +23,19 @@ fn pushed_lock_reads_and_writes_back_identically() {
     let web = lock.component("web").unwrap();
     assert_eq!(web.files.len(), 2);
     assert_eq!(web.files[0].path, "static/hello.txt");
-    assert_eq!(web.files[0].content.inline.as_deref(), Some(&b"hello\n"[..]));
+    assert_eq!(
+        web.files[0].content.inline.as_deref(),
+        Some(&b"hello\n"[..])
+    );
     assert_eq!(web.files[1].content.inline, None);
     assert_eq!(
         web.files[1].content.digest.as_deref(),
         Some(sha256_digest(&fixture("big.txt")).as_str())
     );
-    assert_eq!(web.source.content.inline.as_deref(), Some(&b"\0asm\x0d\0\x01\0"[..]));
+    assert_eq!(
+        web.source.content.inline.as_deref(),
+        Some(&b"\0asm\x0d\0\x01\0"[..])
+    );
     assert_eq!(lock.variables["token"].default, None);
     let TriggerConfig::Http(h) = TriggerConfig::of(&lock.triggers[1]).unwrap() else {
         panic!("http")
@@ -154,13 +164,22 @@ fn manifest_locks_as_spin_up_locks_it() {
     // Spin's normalize_trigger_ids: `<component>-http-trigger` once, then `http-trigger<N>`.
     assert_eq!(
         ids,
-        ["api-http-trigger", "http-trigger1", "http-trigger2", "named", "http-trigger3"]
+        [
+            "api-http-trigger",
+            "http-trigger1",
+            "http-trigger2",
+            "named",
+            "http-trigger3"
+        ]
     );
     assert_eq!(
         lock["triggers"][2]["trigger_config"],
         json!({"route": "/inline", "component": "http-trigger2-component"})
     );
-    assert_eq!(lock["triggers"][3]["trigger_config"]["component"], "named-component");
+    assert_eq!(
+        lock["triggers"][3]["trigger_config"]["component"],
+        "named-component"
+    );
     assert_eq!(
         lock["triggers"][4]["trigger_config"],
         json!({"route": "/static", "static_response": {"status_code": 201, "body": "made"}})
@@ -241,11 +260,26 @@ fn manifest_errors_name_file_key_and_reason() {
     write(&base, &[("c.wasm", b"")]);
     let head = "spin_manifest_version = 2\n[application]\nname = \"e\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n";
     let cases: &[(&str, &[&str])] = &[
-        ("[component.c]\nsource = \"c.wasm\"\nallowed_http_hosts = [\"ftp://x\"]\n", &["component.c.allowed_http_hosts", "ftp://x"]),
-        ("[component.c]\nsource = \"c.wasm\"\nfiles = [\"nothere.txt\"]\n", &["component.c.files", "nothere.txt", "does not exist"]),
-        ("[component.c]\nsource = \"c.wasm\"\n[component.c.dependencies]\n\"a:b/c\" = \"1.0\"\n", &["component.c.dependencies"]),
-        ("[component.d]\nsource = \"c.wasm\"\n", &["component `c`", "not defined"]),
-        ("[component.c]\nsource = \"c.wasm\"\nvariables = { Bad = \"x\" }\n", &["component.c.variables.Bad"]),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nallowed_http_hosts = [\"ftp://x\"]\n",
+            &["component.c.allowed_http_hosts", "ftp://x"],
+        ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nfiles = [\"nothere.txt\"]\n",
+            &["component.c.files", "nothere.txt", "does not exist"],
+        ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\n[component.c.dependencies]\n\"a:b/c\" = \"1.0\"\n",
+            &["component.c.dependencies"],
+        ),
+        (
+            "[component.d]\nsource = \"c.wasm\"\n",
+            &["component `c`", "not defined"],
+        ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nvariables = { Bad = \"x\" }\n",
+            &["component.c.variables.Bad"],
+        ),
     ];
     for (body, needles) in cases {
         let e = manifest::parse(&format!("{head}{body}"), &base, "app/spin.toml")
@@ -269,12 +303,21 @@ fn trigger_types_other_than_http_stay_generic() {
     let lock = &app.locked;
     // Two trigger types: no single `trigger` entry, global settings under `triggers`.
     assert!(lock.metadata.get("trigger").is_none());
-    assert_eq!(lock.metadata["triggers"]["redis"]["address"], "redis://localhost");
+    assert_eq!(
+        lock.metadata["triggers"]["redis"]["address"],
+        "redis://localhost"
+    );
     assert_eq!(lock.triggers[0].id, "c-redis-trigger");
     match TriggerConfig::of(&lock.triggers[0]).unwrap() {
-        TriggerConfig::Other { trigger_type, config } => {
+        TriggerConfig::Other {
+            trigger_type,
+            config,
+        } => {
             assert_eq!(trigger_type, "redis");
-            assert_eq!(config, json!({"channel": "orders", "component": "c"}) as Value);
+            assert_eq!(
+                config,
+                json!({"channel": "orders", "component": "c"}) as Value
+            );
         }
         other => panic!("{other:?}"),
     }
