@@ -132,7 +132,11 @@ pub(super) fn convert(
             match data {
                 Content::Path(p) if p.is_dir() => files.push(FileMount::Directory {
                     source: p,
-                    destination: if rel.is_empty() { String::new() } else { destination },
+                    destination: if rel.is_empty() {
+                        String::new()
+                    } else {
+                        destination
+                    },
                 }),
                 content => files.push(FileMount::File {
                     content,
@@ -186,4 +190,3 @@ pub(super) fn convert(
     app.validate(origin)?;
     Ok(app)
 }
-
