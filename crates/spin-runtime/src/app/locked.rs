@@ -144,9 +144,6 @@ pub(super) fn convert(
                 }),
             }
         }
-        if !c.metadata_list("ai_models")?.is_empty() {
-            bail!("{origin}: {key}: Serverless AI (ai_models) is not supported by this runtime");
-        }
         let allowed_outbound_hosts = c
             .allowed_outbound_hosts()
             .map_err(|e| anyhow!("{origin}: {e:#}"))?;
@@ -155,6 +152,7 @@ pub(super) fn convert(
             Component {
                 key_value_stores: c.metadata_list("key_value_stores")?,
                 sqlite_databases: c.metadata_list("databases")?,
+                ai_models: c.metadata_list("ai_models")?,
                 id: c.id,
                 source,
                 files,
