@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds the guest Wasm apps under tests/apps for wasm32-wasip2 (and wasip1 core modules
-# where a test needs one). Output: tests/apps/target/wasm32-wasip2/release/*.wasm
+# where a test needs one: wasi-*-p1, and the SDK proof apps sdk3-http (spin-sdk 3.x, wasip1
+# only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)).
+# Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
 cd "$(dirname "$0")/../tests/apps"
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # The guest workspace has its own target dir even when CARGO_TARGET_DIR points elsewhere.
 export CARGO_TARGET_DIR="$PWD/target"
 echo "apps: building guest apps for wasm32-wasip2"
-cargo build --release --target wasm32-wasip2 --quiet
+cargo build --release --target wasm32-wasip2 --workspace --exclude sdk3-http --quiet
+cargo build --release --target wasm32-wasip1 -p sdk3-http -p sdk5-http --quiet
 if compgen -G "wasi-*-p1" >/dev/null; then
     for d in wasi-*-p1; do
         cargo build --release --target wasm32-wasip1 -p "$d" --quiet

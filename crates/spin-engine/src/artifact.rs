@@ -99,9 +99,9 @@ pub async fn materialise(
         ),
     };
     // Every digest the lock needs must be present: fetch the rest from the content store.
-    let lock_json: serde_json::Value = serde_json::from_slice(&locked)
-        .with_context(|| format!("image {image}: the locked-app layer is not JSON"))?;
-    for d in referenced_digests(&lock_json) {
+    let lock = spin_app_format::LockedApp::from_json(&locked)
+        .with_context(|| format!("image {image}: the locked-app layer"))?;
+    for d in referenced_digests(&lock) {
         let Some(hex_digest) = d.strip_prefix("sha256:") else {
             bail!("image {image}: the lock references {d:?}, not a sha256 digest");
         };
@@ -121,46 +121,66 @@ pub async fn materialise(
     }))
 }
 
-/// The digests of content the lock does not inline (component sources and files).
-fn referenced_digests(lock: &serde_json::Value) -> BTreeSet<String> {
+/// The digests of content the lock does not inline (component sources, dependencies and
+/// files), read with the app format crate (Spin's `ContentPath` flattens the reference
+/// beside `path`).
+fn referenced_digests(lock: &spin_app_format::LockedApp) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    let mut add = |c: &serde_json::Value| {
-        if c.get("inline").is_none() && c.get("source").is_none() {
-            if let Some(d) = c.get("digest").and_then(|d| d.as_str()) {
-                out.insert(d.to_string());
+    let mut add = |c: &spin_app_format::ContentRef| {
+        if c.inline.is_none() && c.source.is_none() {
+            if let Some(d) = &c.digest {
+                out.insert(d.clone());
             }
         }
     };
-    for comp in lock["components"].as_array().into_iter().flatten() {
-        add(&comp["source"]);
-        for f in comp["files"].as_array().into_iter().flatten() {
-            add(&f["content"]);
+    for comp in &lock.components {
+        add(&comp.source.content);
+        for dep in comp.dependencies.values() {
+            add(&dep.source.content);
+        }
+        for f in &comp.files {
+            add(&f.content);
         }
     }
     out
 }
 
-/// A lock serving the single component `digest` at `/...` (the `application/wasm` form).
+/// A lock serving the single component `digest` at `/...` (the `application/wasm` form),
+/// written by the app format crate in Spin's shape.
 pub fn single_component_lock(image: &str, digest: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "spin_lock_version": 0,
-        "metadata": {
-            "name": image,
-            "trigger": { "type": "http" },
-            "triggers": { "http": {} },
-        },
-        "triggers": [{
-            "id": "main-http-trigger",
-            "trigger_type": "http",
-            "trigger_config": { "route": "/...", "component": "main" },
+    use spin_app_format::locked::{LockedComponent, LockedComponentSource, LockedTrigger};
+    let mut metadata = spin_app_format::locked::ValuesMap::new();
+    metadata.insert("name".into(), image.into());
+    metadata.insert("trigger".into(), serde_json::json!({ "type": "http" }));
+    metadata.insert("triggers".into(), serde_json::json!({}));
+    spin_app_format::LockedApp {
+        metadata,
+        triggers: vec![LockedTrigger {
+            id: "main-http-trigger".into(),
+            trigger_type: "http".into(),
+            trigger_config: serde_json::json!({ "route": "/...", "component": "main" }),
+            trigger_dependencies: Default::default(),
         }],
-        "components": [{
-            "id": "main",
-            "source": { "content_type": MEDIA_TYPE_WASM, "digest": digest },
-            "files": [],
+        components: vec![LockedComponent {
+            id: "main".into(),
+            metadata: Default::default(),
+            source: LockedComponentSource {
+                content_type: MEDIA_TYPE_WASM.into(),
+                content: spin_app_format::ContentRef {
+                    digest: Some(digest.into()),
+                    ..Default::default()
+                },
+            },
+            env: Default::default(),
+            files: Vec::new(),
+            config: Default::default(),
+            dependencies: Default::default(),
+            trigger_dependencies: Default::default(),
+            host_requirements: Default::default(),
         }],
-    }))
-    .expect("static JSON")
+        ..Default::default()
+    }
+    .to_json()
 }
 
 /// Extracts a tar+gzip layer to `app/archives/<hex>/` and stores each regular file as a
@@ -228,12 +248,14 @@ mod tests {
 
     #[test]
     fn lock_digests_skip_inline_content() {
-        let lock = serde_json::json!({"components": [{
-        "source": {"digest": "sha256:aa"},
+        let lock = serde_json::json!({"spin_lock_version": 0, "triggers": [], "components": [{
+        "id": "c",
+        "source": {"content_type": "application/wasm", "digest": "sha256:aa"},
         "files": [
-            {"content": {"digest": "sha256:bb", "inline": "eA"}, "path": "/a"},
-            {"content": {"digest": "sha256:cc"}, "path": "/b"},
+            {"digest": "sha256:bb", "inline": "eA", "path": "a"},
+            {"digest": "sha256:cc", "path": "b"},
         ]}]});
+        let lock = spin_app_format::LockedApp::from_json(lock.to_string().as_bytes()).unwrap();
         let d: Vec<_> = referenced_digests(&lock).into_iter().collect();
         assert_eq!(d, ["sha256:aa", "sha256:cc"]);
     }

@@ -7,7 +7,19 @@
 //! route is replaced by the later one (with a warning); private routes are not
 //! reachable; `/.well-known/spin/` is reserved for the built-in endpoints.
 
-use crate::app::{HttpTrigger, Route};
+use spin_app_format::HttpRoute as Route;
+
+/// One HTTP trigger as the router sees it: the app's `[[trigger.http]]` entries that name
+/// a component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTrigger {
+    /// Trigger id (given, or as Spin names them, e.g. `<component>-http-trigger`).
+    pub id: String,
+    /// Where the trigger is reachable.
+    pub route: Route,
+    /// Id of the component that handles the requests.
+    pub component: String,
+}
 
 /// Prefix reserved for the runtime's built-in endpoints.
 pub const WELL_KNOWN_PREFIX: &str = "/.well-known/spin";

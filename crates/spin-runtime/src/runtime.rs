@@ -203,20 +203,8 @@ impl LoadedApp {
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
                 None => {
-                    let (c, outcome) = match &config.compile_cache {
-                        Some(cache) => cache.load_or_compile(engine, &bytes, &component.id)?,
-                        None => (
-                            WasmComponent::new(engine, &bytes)
-                                .map_err(anyhow::Error::from)
-                                .with_context(|| {
-                                    format!(
-                                        "component `{}` is not a valid Wasm component",
-                                        component.id
-                                    )
-                                })?,
-                            Outcome::Miss,
-                        ),
-                    };
+                    let (c, outcome) =
+                        compile(engine, config.compile_cache.as_ref(), &bytes, &component.id)?;
                     match outcome {
                         Outcome::Hit => stats.cache_hits += 1,
                         Outcome::Miss => stats.compiled += 1,
@@ -311,6 +299,43 @@ impl LoadedApp {
     /// The pre-instantiated proxy of a component.
     pub(crate) fn proxy_pre(component: &PreparedComponent) -> &ProxyPre<InstanceState> {
         &component.pre
+    }
+}
+
+/// Compiles (or loads from `cache`) a component, or a wasip1 core module made into one.
+fn compile(
+    engine: &Engine,
+    cache: Option<&CompileCache>,
+    bytes: &[u8],
+    id: &str,
+) -> anyhow::Result<(WasmComponent, Outcome)> {
+    let module = crate::componentize::is_core_module(bytes);
+    if module {
+        tracing::info!(
+            component = id,
+            "core module (wasip1): componentizing with the preview1 adapter"
+        );
+    }
+    match (cache, module) {
+        (Some(cache), false) => cache.load_or_compile(engine, bytes, id),
+        (Some(cache), true) => {
+            cache.load_or_compile_converted(engine, bytes, "p1-reactor", id, |m| {
+                crate::componentize::componentize(m, id)
+            })
+        }
+        (None, _) => {
+            let converted;
+            let wasm = if module {
+                converted = crate::componentize::componentize(bytes, id)?;
+                &converted[..]
+            } else {
+                bytes
+            };
+            let c = WasmComponent::new(engine, wasm)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("component `{id}` is not a valid Wasm component"))?;
+            Ok((c, Outcome::Miss))
+        }
     }
 }
 

@@ -29,11 +29,11 @@ fn one_component_app(source: &[u8]) -> App {
         id: "c".into(),
         source: Content::Bytes(Arc::from(source)),
         files: vec![],
-        exclude_files: vec![],
         environment: BTreeMap::new(),
         allowed_outbound_hosts: vec![],
         key_value_stores: vec![],
         sqlite_databases: vec![],
+        ai_models: vec![],
         variables: BTreeMap::new(),
     };
     App {

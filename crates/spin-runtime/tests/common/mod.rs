@@ -18,6 +18,11 @@ pub fn guest_apps_dir() -> PathBuf {
     }
 }
 
+/// Where the wasip1 core modules are: beside [`guest_apps_dir`]'s `wasm32-wasip2`.
+pub fn guest_apps_dir_p1() -> PathBuf {
+    guest_apps_dir().join("../../wasm32-wasip1/release")
+}
+
 /// The repository root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -64,7 +69,10 @@ pub fn prepare_app(app: &str) -> tempfile::TempDir {
     }
     let manifest = std::fs::read_to_string(src.join("spin.toml")).unwrap();
     let wasm_dir = format!("{}/", guest_apps_dir().display());
-    let manifest = manifest.replace("../target/wasm32-wasip2/release/", &wasm_dir);
+    let p1_dir = format!("{}/", guest_apps_dir_p1().display());
+    let manifest = manifest
+        .replace("../target/wasm32-wasip2/release/", &wasm_dir)
+        .replace("../target/wasm32-wasip1/release/", &p1_dir);
     std::fs::write(dir.path().join("spin.toml"), manifest).unwrap();
     dir
 }
