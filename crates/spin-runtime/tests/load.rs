@@ -34,6 +34,7 @@ fn one_component_app(source: &[u8]) -> App {
         allowed_outbound_hosts: vec![],
         key_value_stores: vec![],
         sqlite_databases: vec![],
+        ai_models: vec![],
         variables: BTreeMap::new(),
     };
     App {

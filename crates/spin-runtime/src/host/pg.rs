@@ -7,6 +7,9 @@
 //! ("address postgres://... is not permitted", Spin's text). Connections are plain TCP
 //! (`sslmode=disable` and `prefer` behave alike here; `require` is refused).
 
+// Errors are the WIT's `error` variant (large, as in Spin, which allows it the same way).
+#![allow(clippy::result_large_err)]
+
 use std::pin::pin;
 
 use anyhow::{anyhow, Context as _};
