@@ -6,12 +6,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 

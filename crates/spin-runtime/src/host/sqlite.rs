@@ -106,9 +106,10 @@ pub struct Databases {
 }
 
 /// In-memory databases already open in this process, by (app dir, label).
-fn memory_registry() -> &'static Mutex<HashMap<(PathBuf, String), Arc<Database>>> {
-    static REGISTRY: std::sync::OnceLock<Mutex<HashMap<(PathBuf, String), Arc<Database>>>> =
-        std::sync::OnceLock::new();
+type MemoryRegistry = Mutex<HashMap<(PathBuf, String), Arc<Database>>>;
+
+fn memory_registry() -> &'static MemoryRegistry {
+    static REGISTRY: std::sync::OnceLock<MemoryRegistry> = std::sync::OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 

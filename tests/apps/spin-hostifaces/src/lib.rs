@@ -78,7 +78,12 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
                 "insert",
                 c.execute(
                     "INSERT INTO pets (name, age, weight, photo) VALUES (?, ?, ?, ?)",
-                    &[V::Text("rex".into()), V::Integer(3), V::Real(4.5), V::Blob(vec![1, 2])],
+                    &[
+                        V::Text("rex".into()),
+                        V::Integer(3),
+                        V::Real(4.5),
+                        V::Blob(vec![1, 2]),
+                    ],
                 )
                 .map(|r| r.rows.len()),
             )?;
@@ -87,7 +92,7 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             let r = s.step(
                 "select",
                 c.execute(
-                    "SELECT name, age, weight, photo, NULL AS nothing FROM pets WHERE id = ?",
+                    "SELECT name, age, weight, photo, NULL AS empty FROM pets WHERE id = ?",
                     &[V::Integer(c.last_insert_rowid())],
                 ),
             )?;
@@ -95,7 +100,8 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             s.0.push(format!("row={:?}", r.rows.first().map(|r| &r.values)));
             s.step(
                 "count",
-                c.execute("SELECT COUNT(*) FROM pets", &[]).map(|r| r.rows[0].values.clone()),
+                c.execute("SELECT COUNT(*) FROM pets", &[])
+                    .map(|r| r.rows[0].values.clone()),
             )?;
             s.0.push(format!(
                 "bad_sql={:?}",
@@ -108,41 +114,67 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             use v2::sqlite::Value as V;
             s.step(
                 "create",
-                c.execute("CREATE TABLE IF NOT EXISTS notes (body TEXT)", &[]).map(|r| r.rows.len()),
+                c.execute("CREATE TABLE IF NOT EXISTS notes (body TEXT)", &[])
+                    .map(|r| r.rows.len()),
             )?;
             s.step(
                 "insert",
                 c.execute("INSERT INTO notes VALUES (?)", &[V::Text("hello".into())])
                     .map(|r| r.rows.len()),
             )?;
-            let r = s.step("select", c.execute("SELECT body, 42 FROM notes LIMIT 1", &[]))?;
+            let r = s.step(
+                "select",
+                c.execute("SELECT body, 42 FROM notes LIMIT 1", &[]),
+            )?;
             s.0.push(format!("row={:?}", r.rows.first().map(|r| &r.values)));
         }
         "redis" => {
             use v2::redis::{RedisParameter as P, RedisResult as R};
             let c = s.step("open", v2::redis::Connection::open(&addr))?;
             s.step("set", c.set("greeting", &b"hello".to_vec()))?;
-            s.step("get", c.get("greeting").map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())))?;
+            s.step(
+                "get",
+                c.get("greeting")
+                    .map(|v| v.map(|b| String::from_utf8_lossy(&b).into_owned())),
+            )?;
             s.step("get_missing", c.get("nothing-here"))?;
             s.step("incr", c.incr("counter"))?;
             s.step("incr", c.incr("counter"))?;
             s.step("sadd", c.sadd("set", &["a".into(), "b".into(), "c".into()]))?;
             s.step("srem", c.srem("set", &["b".into()]))?;
-            s.step("smembers", c.smembers("set").map(|mut m| { m.sort(); m }))?;
-            s.step("del", c.del(&["greeting".into(), "counter".into(), "set".into()]))?;
+            s.step(
+                "smembers",
+                c.smembers("set").map(|mut m| {
+                    m.sort();
+                    m
+                }),
+            )?;
+            s.step(
+                "del",
+                c.del(&["greeting".into(), "counter".into(), "set".into()]),
+            )?;
             s.step(
                 "execute",
-                c.execute("APPEND", &[P::Binary(b"log".to_vec()), P::Binary(b"abc".to_vec())]),
+                c.execute(
+                    "APPEND",
+                    &[P::Binary(b"log".to_vec()), P::Binary(b"abc".to_vec())],
+                ),
             )?;
-            s.step("execute_get", c.execute("GET", &[P::Binary(b"log".to_vec())]).map(|r| {
-                r.into_iter()
-                    .map(|v| match v {
-                        R::Binary(b) => format!("binary:{}", String::from_utf8_lossy(&b)),
-                        other => format!("{other:?}"),
-                    })
-                    .collect::<Vec<_>>()
-            }))?;
-            s.step("execute_del", c.execute("DEL", &[P::Binary(b"log".to_vec())]))?;
+            s.step(
+                "execute_get",
+                c.execute("GET", &[P::Binary(b"log".to_vec())]).map(|r| {
+                    r.into_iter()
+                        .map(|v| match v {
+                            R::Binary(b) => format!("binary:{}", String::from_utf8_lossy(&b)),
+                            other => format!("{other:?}"),
+                        })
+                        .collect::<Vec<_>>()
+                }),
+            )?;
+            s.step(
+                "execute_del",
+                c.execute("DEL", &[P::Binary(b"log".to_vec())]),
+            )?;
             s.step("publish", c.publish("news", &b"extra".to_vec()))?;
             s.step("sadd_wrong_type", {
                 let _ = c.set("scalar", &b"x".to_vec());
@@ -194,17 +226,25 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             let r = s.step("query", c.query("SELECT name, n, big, small, ok, f4, f8, raw, d, t, ts, u, j, dec, r, arr, strs, iv, other FROM things4 ORDER BY id", &[]))?;
             s.0.push(format!(
                 "columns={:?}",
-                r.columns.iter().map(|c| format!("{}:{:?}", c.name, c.data_type)).collect::<Vec<_>>()
+                r.columns
+                    .iter()
+                    .map(|c| format!("{}:{:?}", c.name, c.data_type))
+                    .collect::<Vec<_>>()
             ));
             for (i, row) in r.rows.iter().enumerate() {
                 s.0.push(format!("row{i}={row:?}"));
             }
-            s.step("param", c.query("SELECT $1::INT8 + 1 AS next", &[P::Int64(41)]).map(|r| r.rows))?;
+            s.step(
+                "param",
+                c.query("SELECT $1::INT8 + 1 AS next", &[P::Int64(41)])
+                    .map(|r| r.rows),
+            )?;
             match c.query("SELECT * FROM no_such_table", &[]) {
                 Ok(_) => s.0.push("missing_table=ok".into()),
-                Err(pg4::Error::QueryFailed(pg4::QueryError::DbError(e))) => {
-                    s.0.push(format!("missing_table=db-error code={} message={}", e.code, e.message))
-                }
+                Err(pg4::Error::QueryFailed(pg4::QueryError::DbError(e))) => s.0.push(format!(
+                    "missing_table=db-error code={} message={}",
+                    e.code, e.message
+                )),
                 Err(e) => s.0.push(format!("missing_table={e:?}")),
             }
         }
@@ -214,29 +254,64 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             s.step("drop", c.execute("DROP TABLE IF EXISTS things3", &[]))?;
             s.step(
                 "create",
-                c.execute("CREATE TABLE things3 (name TEXT, n INT4, d DATE, ts TIMESTAMP, u UUID)", &[]),
+                c.execute(
+                    "CREATE TABLE things3 (name TEXT, n INT4, d DATE, ts TIMESTAMP, u UUID)",
+                    &[],
+                ),
             )?;
             s.step(
                 "insert",
                 c.execute(
                     "INSERT INTO things3 VALUES ($1, $2, $3, $4, gen_random_uuid())",
-                    &[P::Str("gadget".into()), P::Int32(9), P::Date((2023, 12, 31)), P::Datetime((2023, 12, 31, 23, 59, 58, 0))],
+                    &[
+                        P::Str("gadget".into()),
+                        P::Int32(9),
+                        P::Date((2023, 12, 31)),
+                        P::Datetime((2023, 12, 31, 23, 59, 58, 0)),
+                    ],
                 ),
             )?;
-            let r = s.step("query", c.query("SELECT name, n, d, ts, u FROM things3", &[]))?;
-            s.0.push(format!("columns={:?}", r.columns.iter().map(|c| format!("{}:{:?}", c.name, c.data_type)).collect::<Vec<_>>()));
+            let r = s.step(
+                "query",
+                c.query("SELECT name, n, d, ts, u FROM things3", &[]),
+            )?;
+            s.0.push(format!(
+                "columns={:?}",
+                r.columns
+                    .iter()
+                    .map(|c| format!("{}:{:?}", c.name, c.data_type))
+                    .collect::<Vec<_>>()
+            ));
             s.0.push(format!("row={:?}", r.rows.first()));
         }
         "pg2" => {
             use v2::rdbms_types::ParameterValue as P;
             let c = s.step("open", v2::postgres::Connection::open(&addr))?;
             s.step("drop", c.execute("DROP TABLE IF EXISTS things2", &[]))?;
-            s.step("create", c.execute("CREATE TABLE things2 (name TEXT, n INT8)", &[]))?;
-            s.step("insert", c.execute("INSERT INTO things2 VALUES ($1, $2)", &[P::Str("gizmo".into()), P::Int64(-5)]))?;
+            s.step(
+                "create",
+                c.execute("CREATE TABLE things2 (name TEXT, n INT8)", &[]),
+            )?;
+            s.step(
+                "insert",
+                c.execute(
+                    "INSERT INTO things2 VALUES ($1, $2)",
+                    &[P::Str("gizmo".into()), P::Int64(-5)],
+                ),
+            )?;
             let r = s.step("query", c.query("SELECT name, n FROM things2", &[]))?;
-            s.0.push(format!("columns={:?}", r.columns.iter().map(|c| format!("{}:{:?}", c.name, c.data_type)).collect::<Vec<_>>()));
+            s.0.push(format!(
+                "columns={:?}",
+                r.columns
+                    .iter()
+                    .map(|c| format!("{}:{:?}", c.name, c.data_type))
+                    .collect::<Vec<_>>()
+            ));
             s.0.push(format!("row={:?}", r.rows.first()));
-            s.0.push(format!("unsigned={:?}", c.execute("SELECT $1", &[P::Uint8(1)]).map(|_| ())));
+            s.0.push(format!(
+                "unsigned={:?}",
+                c.execute("SELECT $1", &[P::Uint8(1)]).map(|_| ())
+            ));
         }
         "mysql" => {
             use v2::rdbms_types::ParameterValue as P;
@@ -264,12 +339,29 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
                     ],
                 ),
             )?;
-            let r = s.step("query", c.query("SELECT id, name, age, score, photo, big, note FROM pets ORDER BY id", &[]))?;
-            s.0.push(format!("columns={:?}", r.columns.iter().map(|c| format!("{}:{:?}", c.name, c.data_type)).collect::<Vec<_>>()));
+            let r = s.step(
+                "query",
+                c.query(
+                    "SELECT id, name, age, score, photo, big, note FROM pets ORDER BY id",
+                    &[],
+                ),
+            )?;
+            s.0.push(format!(
+                "columns={:?}",
+                r.columns
+                    .iter()
+                    .map(|c| format!("{}:{:?}", c.name, c.data_type))
+                    .collect::<Vec<_>>()
+            ));
             for (i, row) in r.rows.iter().enumerate() {
                 s.0.push(format!("row{i}={row:?}"));
             }
-            s.0.push(format!("bad_sql={:?}", c.query("SELECT * FROM no_such_table", &[]).map(|_| ()).is_err()));
+            s.0.push(format!(
+                "bad_sql={:?}",
+                c.query("SELECT * FROM no_such_table", &[])
+                    .map(|_| ())
+                    .is_err()
+            ));
         }
         "mqtt" => {
             use v2::mqtt::Qos;
@@ -280,19 +372,26 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             };
             let c = s.step("open", v2::mqtt::Connection::open(&addr, "", "", 30))?;
             let topic = param("topic");
-            s.step("publish", c.publish(&topic, &format!("hello {}", param("qos")).into_bytes(), qos))?;
+            s.step(
+                "publish",
+                c.publish(&topic, &format!("hello {}", param("qos")).into_bytes(), qos),
+            )?;
         }
         "llm" => {
             let r = s.step(
                 "infer",
-                v2::llm::infer(&param("model"), "Say hi", Some(v2::llm::InferencingParams {
-                    max_tokens: 5,
-                    repeat_penalty: 1.0,
-                    repeat_penalty_last_n_token_count: 1,
-                    temperature: 0.0,
-                    top_k: 1,
-                    top_p: 1.0,
-                })),
+                v2::llm::infer(
+                    &param("model"),
+                    "Say hi",
+                    Some(v2::llm::InferencingParams {
+                        max_tokens: 5,
+                        repeat_penalty: 1.0,
+                        repeat_penalty_last_n_token_count: 1,
+                        temperature: 0.0,
+                        top_k: 1,
+                        top_p: 1.0,
+                    }),
+                ),
             )?;
             s.0.push(format!("text={}", r.text));
         }
@@ -311,13 +410,19 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
             use spin_sdk::wit::wasi::keyvalue::{atomics, batch, store};
             let bucket = s.step("open", store::open("default"))?;
             s.step("incr", atomics::increment(&bucket, "n", 2))?;
-            s.step("get_many", batch::get_many(&bucket, &["n".to_string()]).map(|v| v.len()))?;
+            s.step(
+                "get_many",
+                batch::get_many(&bucket, &["n".to_string()]).map(|v| v.len()),
+            )?;
         }
         "variables" => {
             s.step("get", v2::variables::get(&param("name")))?;
         }
         "config" => {
-            s.step("get", spin_sdk::wit::wasi::config::store::get(&param("name")))?;
+            s.step(
+                "get",
+                spin_sdk::wit::wasi::config::store::get(&param("name")),
+            )?;
         }
         other => return Err(format!("error: unknown op `{other}`")),
     }
