@@ -250,12 +250,13 @@ impl Service {
             .as_ref()
             .and_then(|l| l.cgroups_path().clone())
             .map(|p| p.to_string_lossy().into_owned());
-        let placement = cgroup_placement::decide(
+        let mut placement = cgroup_placement::decide(
             cgroups_path.as_deref(),
             &req.id,
             systemd_opt,
             &self.inner.host,
         )?;
+        placement.claim()?;
         rewrite_spec_cgroups(&mut spec, &placement, &self.inner.host);
         spec.save(bundle.join("config.json"))
             .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))?;
@@ -914,7 +915,8 @@ mod tests {
         }
         let parent = format!("spin-shim-test-{}", std::process::id());
         let path = format!("/{parent}/c1");
-        let placement = cgroup_placement::decide(Some(&path), "c1", None, &host).unwrap();
+        let mut placement = cgroup_placement::decide(Some(&path), "c1", None, &host).unwrap();
+        placement.claim().unwrap();
         let _guard = CgroupGuard(placement.clone(), parent);
         placement.create().unwrap();
         let res: libcontainer::oci_spec::runtime::LinuxResources =
