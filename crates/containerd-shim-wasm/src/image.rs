@@ -50,6 +50,11 @@ pub const MEDIA_TYPE_WASM: &str = "application/wasm";
 /// Config media type of the single-layer form.
 pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
+/// How long connecting to containerd's gRPC socket may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Deadline of each request to containerd (a blob read streams the whole blob).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// containerd's gRPC address (`-address` flag), set once by the shim.
 pub(crate) static CONTAINERD_ADDRESS: OnceLock<String> = OnceLock::new();
 
@@ -131,7 +136,7 @@ impl Containerd {
         let p = path.clone();
         // The URI is a placeholder: the connector always dials the Unix socket.
         let channel = Endpoint::try_from("http://[::]:50051")?
-            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let p = p.clone();
                 async move {
@@ -160,7 +165,7 @@ impl Containerd {
                 .parse()
                 .with_context(|| format!("namespace {:?} is not a valid header", self.namespace))?,
         );
-        req.set_timeout(std::time::Duration::from_secs(60));
+        req.set_timeout(REQUEST_TIMEOUT);
         Ok(req)
     }
 
@@ -283,6 +288,89 @@ pub fn wants_artifact(args: &[String], rootfs: &Path) -> bool {
     args.len() == 1 && args[0] == "/" && !rootfs.join("spin.toml").is_file()
 }
 
+/// An OCI image index or manifest, as far as the artifact loader follows it
+/// (image-spec `image-index.md` and `manifest.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageDocument {
+    /// An index (it has `manifests`): the Wasm manifest picked from it (platform
+    /// architecture `wasm`, else an os starting with `wasi`), or None if there is none.
+    Index(Option<proto::Descriptor>),
+    /// A manifest: its config and layer descriptors, in order.
+    Manifest {
+        /// The config descriptor.
+        config: proto::Descriptor,
+        /// The layer descriptors.
+        layers: Vec<proto::Descriptor>,
+    },
+}
+
+/// Reads a manifest or index blob. Every descriptor the loader will follow must carry a
+/// `sha256:` digest of 64 lower-case hex digits (they become file names) and string media
+/// types; anything else is an error naming `what` and the entry.
+pub fn read_image_document(bytes: &[u8], what: &str) -> anyhow::Result<ImageDocument> {
+    let doc: serde_json::Value =
+        serde_json::from_slice(bytes).with_context(|| format!("{what}: not JSON"))?;
+    let descriptor = |v: &serde_json::Value, entry: &str| -> anyhow::Result<proto::Descriptor> {
+        let digest = v["digest"]
+            .as_str()
+            .with_context(|| format!("{what}: {entry} has no digest"))?;
+        check_digest(digest, &format!("{what}: {entry}"))?;
+        let media_type = match &v["mediaType"] {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => s.clone(),
+            other => bail!("{what}: {entry} has mediaType {other}, not a string"),
+        };
+        Ok(proto::Descriptor {
+            media_type,
+            digest: digest.to_string(),
+            size: v["size"].as_i64().unwrap_or_default(),
+        })
+    };
+    if let Some(entries) = doc.get("manifests") {
+        let entries = entries
+            .as_array()
+            .with_context(|| format!("{what}: `manifests` is not an array"))?;
+        let pick = entries
+            .iter()
+            .position(|m| m["platform"]["architecture"] == "wasm")
+            .or_else(|| {
+                entries.iter().position(|m| {
+                    m["platform"]["os"]
+                        .as_str()
+                        .is_some_and(|o| o.starts_with("wasi"))
+                })
+            });
+        return Ok(ImageDocument::Index(match pick {
+            Some(i) => Some(descriptor(&entries[i], &format!("manifests[{i}]"))?),
+            None => None,
+        }));
+    }
+    let config = descriptor(&doc["config"], "the config descriptor")?;
+    let layers = match &doc["layers"] {
+        serde_json::Value::Null => Vec::new(),
+        serde_json::Value::Array(ls) => ls
+            .iter()
+            .enumerate()
+            .map(|(i, l)| descriptor(l, &format!("layers[{i}]")))
+            .collect::<anyhow::Result<_>>()?,
+        _ => bail!("{what}: `layers` is not an array"),
+    };
+    Ok(ImageDocument::Manifest { config, layers })
+}
+
+/// Checks that `digest` is `sha256:` and 64 lower-case hex digits.
+fn check_digest(digest: &str, what: &str) -> anyhow::Result<()> {
+    let ok = digest.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !ok {
+        bail!("{what}: digest {digest:?} is not sha256: and 64 lower-case hex digits");
+    }
+    Ok(())
+}
+
 /// What [`materialise`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Materialised {
@@ -308,60 +396,42 @@ pub async fn materialise(
     }
     let target = cd.image_target(&image).await?;
     let what = |s: &str| format!("{s} of image {image}");
+    check_digest(&target.digest, &what("the image target"))?;
     let mut manifest_desc = target.clone();
     let mut manifest_bytes = cd
         .read_blob(&target.digest, &what("the manifest or index"))
         .await?;
-    let mut manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes)
-        .with_context(|| format!("{}: not JSON", what("the manifest")))?;
-    if manifest.get("manifests").is_some() {
-        let entries = manifest["manifests"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let pick = entries
-            .iter()
-            .find(|m| m["platform"]["architecture"] == "wasm")
-            .or_else(|| {
-                entries.iter().find(|m| {
-                    m["platform"]["os"]
-                        .as_str()
-                        .is_some_and(|o| o.starts_with("wasi"))
-                })
-            });
+    let mut doc = read_image_document(&manifest_bytes, &what("the manifest or index"))?;
+    if let ImageDocument::Index(pick) = doc {
         let Some(pick) = pick else {
             return Ok(None);
         };
-        manifest_desc = proto::Descriptor {
-            media_type: pick["mediaType"].as_str().unwrap_or_default().into(),
-            digest: pick["digest"].as_str().unwrap_or_default().into(),
-            size: pick["size"].as_i64().unwrap_or_default(),
-        };
+        manifest_desc = pick;
         manifest_bytes = cd
             .read_blob(&manifest_desc.digest, &what("the Wasm manifest"))
             .await?;
-        manifest = serde_json::from_slice(&manifest_bytes)
-            .with_context(|| format!("{}: not JSON", what("the manifest")))?;
+        doc = read_image_document(&manifest_bytes, &what("the Wasm manifest"))?;
     }
-    let config_desc = &manifest["config"];
-    let config_digest = config_desc["digest"]
-        .as_str()
-        .with_context(|| format!("{} has no config digest", what("the manifest")))?;
-    let config_mt = config_desc["mediaType"].as_str().unwrap_or_default();
-    let config = cd.read_blob(config_digest, &what("the config")).await?;
-    let config: serde_json::Value = serde_json::from_slice(&config).unwrap_or_default();
-    if config_mt != MEDIA_TYPE_WASM_CONFIG && config["architecture"] != "wasm" {
+    let ImageDocument::Manifest { config, layers } = doc else {
+        bail!(
+            "{}: {} is an index inside an index",
+            what("the Wasm manifest"),
+            manifest_desc.digest
+        );
+    };
+    let config_mt = config.media_type.as_str();
+    let config_bytes = cd.read_blob(&config.digest, &what("the config")).await?;
+    let config_json: serde_json::Value = serde_json::from_slice(&config_bytes).unwrap_or_default();
+    if config_mt != MEDIA_TYPE_WASM_CONFIG && config_json["architecture"] != "wasm" {
         return Ok(None);
     }
-    let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
     let app = rootfs.join(APP_DIR);
     let blobs = app.join(BLOBS_DIR);
     std::fs::create_dir_all(&blobs).with_context(|| format!("create {}", blobs.display()))?;
     let mut locked: Option<Vec<u8>> = None;
     let mut wasm_layer: Option<String> = None;
     for (i, l) in layers.iter().enumerate() {
-        let digest = l["digest"].as_str().unwrap_or_default();
-        let mt = l["mediaType"].as_str().unwrap_or_default();
+        let (digest, mt) = (l.digest.as_str(), l.media_type.as_str());
         let data = cd
             .read_blob(digest, &what(&format!("layer {i} ({mt})")))
             .await?;
@@ -520,6 +590,44 @@ mod tests {
             "{e}"
         );
         assert!(e.contains(&sha256_hex(b"abd")), "{e}");
+    }
+
+    #[test]
+    fn image_documents_follow_only_sha256_descriptors() {
+        let d = format!("sha256:{}", sha256_hex(b"x"));
+        let index = format!(
+            r#"{{"schemaVersion":2,"manifests":[
+                {{"mediaType":"m","digest":"{d}","platform":{{"os":"linux","architecture":"amd64"}}}},
+                {{"mediaType":"m","digest":"{d}","size":3,"platform":{{"os":"wasip1","architecture":"wasm"}}}}]}}"#
+        );
+        match read_image_document(index.as_bytes(), "index").unwrap() {
+            ImageDocument::Index(Some(p)) => assert_eq!((p.digest.as_str(), p.size), (&d[..], 3)),
+            other => panic!("{other:?}"),
+        }
+        let no_wasm = r#"{"manifests":[{"platform":{"architecture":"amd64"}}]}"#;
+        assert_eq!(
+            read_image_document(no_wasm.as_bytes(), "index").unwrap(),
+            ImageDocument::Index(None)
+        );
+        let manifest = format!(
+            r#"{{"config":{{"mediaType":"{MEDIA_TYPE_WASM_CONFIG}","digest":"{d}"}},"layers":[{{"mediaType":"{MEDIA_TYPE_WASM}","digest":"{d}"}}]}}"#
+        );
+        let ImageDocument::Manifest { config, layers } =
+            read_image_document(manifest.as_bytes(), "m").unwrap()
+        else {
+            panic!("not a manifest")
+        };
+        assert_eq!(config.media_type, MEDIA_TYPE_WASM_CONFIG);
+        assert_eq!(layers.len(), 1);
+        // Digests become file names: anything but sha256:<64 hex> is refused, named.
+        for bad in ["sha256:../../etc", "sha256:", "sha512:00", "sha256:/"] {
+            let m = format!(r#"{{"config":{{"digest":"{d}"}},"layers":[{{"digest":"{bad}"}}]}}"#);
+            let e = read_image_document(m.as_bytes(), "the manifest").unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains("layers[0]") && e.contains(bad), "{e}");
+        }
+        assert!(read_image_document(b"{\"manifests\":{}}", "i").is_err());
+        assert!(read_image_document(b"[]", "m").is_err());
     }
 
     #[test]
