@@ -30,7 +30,10 @@ fn app(extra: &str) -> tempfile::TempDir {
 
 /// `GET /?op=<op>&addr=<addr>&<rest>`; the body lines.
 fn call(server: &Server, op: &str, addr: &str, rest: &str) -> HttpResponse {
-    server.get(&format!("/?op={op}&addr={}&{rest}", servers::url_encode(addr)))
+    server.get(&format!(
+        "/?op={op}&addr={}&{rest}",
+        servers::url_encode(addr)
+    ))
 }
 
 fn ok_lines(r: &HttpResponse) -> Vec<String> {
@@ -74,7 +77,11 @@ fn sqlite_default_database_is_spins_file_and_outlives_the_process() {
     assert!(db.is_file(), "{} was not created", db.display());
     let server = Server::start(dir.path(), &[]);
     let lines = ok_lines(&server.get("/?op=sqlite3"));
-    assert_eq!(line(&lines, "count"), "[Integer(2)]", "rows did not persist");
+    assert_eq!(
+        line(&lines, "count"),
+        "[Integer(2)]",
+        "rows did not persist"
+    );
 }
 
 #[test]
@@ -119,7 +126,10 @@ fn sqlite_databases_from_runtime_config_and_access_rules() {
     )
     .unwrap();
     let err = start_failure(libsql.path(), &[]);
-    assert!(err.contains("sqlite_database.default.type") && err.contains("libsql"), "{err}");
+    assert!(
+        err.contains("sqlite_database.default.type") && err.contains("libsql"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -132,7 +142,10 @@ fn redis_against_redis_server() {
     assert_eq!(line(&lines, "get"), r#"Some("hello")"#);
     assert_eq!(line(&lines, "get_missing"), "None");
     assert_eq!(
-        lines.iter().filter(|l| l.starts_with("incr=")).collect::<Vec<_>>(),
+        lines
+            .iter()
+            .filter(|l| l.starts_with("incr="))
+            .collect::<Vec<_>>(),
         ["incr=1", "incr=2"]
     );
     assert_eq!(line(&lines, "sadd"), "3");
@@ -149,7 +162,8 @@ fn redis_against_redis_server() {
     let r = call(&server, "redis", &addr, "");
     assert_eq!(r.status, 200);
     let mut s = std::net::TcpStream::connect(redis.addr()).unwrap();
-    s.write_all(b"*2\r\n$3\r\nGET\r\n$7\r\ncounter\r\n").unwrap();
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$7\r\ncounter\r\n")
+        .unwrap();
     let mut buf = [0u8; 16];
     let n = s.read(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"$-1\r\n", "the script deletes its keys");
@@ -458,7 +472,12 @@ fn llm_answers_as_spin_without_a_model_and_through_remote_http() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     let infer = &seen[0];
     assert!(infer.starts_with("POST /infer HTTP/1.1"), "{infer}");
-    assert!(infer.to_ascii_lowercase().contains("authorization: bearer s3cret"), "{infer}");
+    assert!(
+        infer
+            .to_ascii_lowercase()
+            .contains("authorization: bearer s3cret"),
+        "{infer}"
+    );
     let body: serde_json::Value =
         serde_json::from_str(infer.split("\n\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["model"], "llama2-chat");
@@ -508,10 +527,16 @@ fn the_app_imports_every_spin_interface_and_starts() {
     }
     let dir = app("key_value_stores = [\"default\"]\n[variables]\ngreeting = { default = \"hi\" }\n[component.c.variables]\ngreeting = \"{{ greeting }}\"");
     let server = Server::start(dir.path(), &[]);
-    assert_eq!(line(&ok_lines(&server.get("/?op=kv")), "get"), "Some([118])");
+    assert_eq!(
+        line(&ok_lines(&server.get("/?op=kv")), "get"),
+        "Some([118])"
+    );
     assert_eq!(line(&ok_lines(&server.get("/?op=wasikv")), "incr"), "2");
     assert_eq!(
-        line(&ok_lines(&server.get("/?op=variables&name=greeting")), "get"),
+        line(
+            &ok_lines(&server.get("/?op=variables&name=greeting")),
+            "get"
+        ),
         r#""hi""#
     );
     assert_eq!(
@@ -526,7 +551,9 @@ fn component_importing(dir: &Path, imports: &[&str]) -> std::path::PathBuf {
     for (i, name) in imports.iter().enumerate() {
         wat.push_str(&format!("  (import \"{name}\" (instance $i{i}))\n"));
     }
-    wat.push_str("  (instance $h)\n  (export \"wasi:http/incoming-handler@0.2.0\" (instance $h))\n)\n");
+    wat.push_str(
+        "  (instance $h)\n  (export \"wasi:http/incoming-handler@0.2.0\" (instance $h))\n)\n",
+    );
     let bytes = wat::parse_str(&wat).unwrap();
     let path = dir.join("imports.wasm");
     std::fs::write(&path, bytes).unwrap();
@@ -580,11 +607,16 @@ fn an_interface_no_spin_version_has_fails_the_start_naming_the_nearest() {
         "{err}"
     );
     assert!(
-        err.contains("`fermyon:spin/sqlite3@2.0.0` (nearest provided: `fermyon:spin/sqlite@2.0.0`)"),
+        err.contains(
+            "`fermyon:spin/sqlite3@2.0.0` (nearest provided: `fermyon:spin/sqlite@2.0.0`)"
+        ),
         "{err}"
     );
     assert!(err.contains("component `c`"), "{err}");
-    assert!(!err.contains("`fermyon:spin/variables@2.0.0` (nearest"), "{err}");
+    assert!(
+        !err.contains("`fermyon:spin/variables@2.0.0` (nearest"),
+        "{err}"
+    );
 }
 
 /// Spin's Python SDK 3.x hello world (componentize-py keeps every import of the SDK's

@@ -202,14 +202,12 @@ impl HostState {
         let sqlite_databases: BTreeSet<String> =
             component.sqlite_databases.iter().cloned().collect();
         let ai_models: BTreeSet<String> = component.ai_models.iter().cloned().collect();
-        let runtime = if key_value_stores.is_empty()
-            && sqlite_databases.is_empty()
-            && ai_models.is_empty()
-        {
-            RuntimeConfig::default()
-        } else {
-            load_runtime_config(ctx)?
-        };
+        let runtime =
+            if key_value_stores.is_empty() && sqlite_databases.is_empty() && ai_models.is_empty() {
+                RuntimeConfig::default()
+            } else {
+                load_runtime_config(ctx)?
+            };
         let state_dir = state_dir(ctx);
         let kv = if key_value_stores.is_empty() {
             KvStores::default()
@@ -272,9 +270,11 @@ impl HostState {
     pub fn outbound_allowed(&self, address: &str, default_scheme: &str) -> bool {
         let Some((scheme, host, port)) = outbound::parse_outbound_url(address, default_scheme)
         else {
+            // Connection strings carry passwords: scheme and authority only.
             tracing::warn!(
-                "component `{}` tried to connect to `{address}`, which is not a URL",
-                self.component.id
+                "component `{}` tried to connect to `{}`, which is not a URL",
+                self.component.id,
+                outbound::origin_only(address)
             );
             return false;
         };

@@ -147,7 +147,10 @@ fn value_size(v: &DbValue) -> usize {
 }
 
 impl HostState {
-    fn mysql(&mut self, connection: &Resource<MysqlConnection>) -> Result<&mut mysql_async::Conn, Error> {
+    fn mysql(
+        &mut self,
+        connection: &Resource<MysqlConnection>,
+    ) -> Result<&mut mysql_async::Conn, Error> {
         self.table()
             .get_mut(connection)
             .map(|c| &mut c.conn)
@@ -191,8 +194,7 @@ impl v2::HostConnection for HostState {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let params =
-            mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+        let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
         let result: Result<RowSet, Error> = async {
             let mut result = conn
                 .exec_iter(&statement, params)
@@ -248,8 +250,7 @@ impl v2::HostConnection for HostState {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let params =
-            mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+        let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
         Ok(conn
             .exec_batch(&statement, [params])
             .await

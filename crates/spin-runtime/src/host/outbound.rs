@@ -396,8 +396,8 @@ mod tests {
 
     #[test]
     fn outbound_checks_use_the_schemes_default_port() {
-        let hosts = AllowedHosts::parse("c", &["redis://127.0.0.1".into()], |e| Ok(e.into()))
-            .unwrap();
+        let hosts =
+            AllowedHosts::parse("c", &["redis://127.0.0.1".into()], |e| Ok(e.into())).unwrap();
         let allow = |a: &str| {
             let (s, h, p) = parse_outbound_url(a, "redis").unwrap();
             hosts.entries().iter().any(|e| e.allows(&s, Some(&h), p))

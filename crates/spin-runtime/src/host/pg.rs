@@ -37,9 +37,11 @@ impl HostState {
         for (i, host) in config.get_hosts().iter().enumerate() {
             match host {
                 tokio_postgres::config::Host::Tcp(name) => {
-                    let port = ports
-                        .get(i)
-                        .or(if ports.len() == 1 { ports.first() } else { None });
+                    let port = ports.get(i).or(if ports.len() == 1 {
+                        ports.first()
+                    } else {
+                        None
+                    });
                     let port = port.map(|p| format!(":{p}")).unwrap_or_default();
                     let url = format!("{name}{port}");
                     if !self.outbound_allowed(&url, "postgres") {
@@ -342,7 +344,12 @@ fn db_value(row: &Row, i: usize) -> anyhow::Result<v4::DbValue> {
             |v: serde_json::Value| serde_json::to_vec(&v).context("invalid JSON from database"),
             V::Jsonb,
         ),
-        Type::NUMERIC => get(row, i, |v: rust_decimal::Decimal| Ok(v.to_string()), V::Decimal),
+        Type::NUMERIC => get(
+            row,
+            i,
+            |v: rust_decimal::Decimal| Ok(v.to_string()),
+            V::Decimal,
+        ),
         Type::INT4_RANGE => get(
             row,
             i,
@@ -385,9 +392,10 @@ fn value_size(v: &v4::DbValue) -> usize {
         + match v {
             V::Str(s) | V::Uuid(s) | V::Decimal(s) => s.len(),
             V::Binary(b) | V::Jsonb(b) | V::Unsupported(b) => b.len(),
-            V::ArrayStr(a) | V::ArrayDecimal(a) => {
-                a.iter().map(|s| s.as_ref().map_or(0, String::len) + 24).sum()
-            }
+            V::ArrayStr(a) | V::ArrayDecimal(a) => a
+                .iter()
+                .map(|s| s.as_ref().map_or(0, String::len) + 24)
+                .sum(),
             V::ArrayInt32(a) => a.len() * 8,
             V::ArrayInt64(a) => a.len() * 16,
             V::RangeDecimal((l, u)) => {

@@ -22,7 +22,10 @@ fn other(e: impl std::fmt::Display) -> Error {
 }
 
 impl HostState {
-    fn redis(&mut self, connection: &Resource<RedisConnection>) -> Result<MultiplexedConnection, Error> {
+    fn redis(
+        &mut self,
+        connection: &Resource<RedisConnection>,
+    ) -> Result<MultiplexedConnection, Error> {
         // A multiplexed connection is a cheap handle on one shared socket.
         self.table()
             .get(connection)
@@ -71,7 +74,10 @@ impl v2::HostConnection for HostState {
         payload: Vec<u8>,
     ) -> wasmtime::Result<Result<(), Error>> {
         let mut conn = connection!(self, connection);
-        Ok(conn.publish::<_, _, ()>(&channel, &payload).await.map_err(other))
+        Ok(conn
+            .publish::<_, _, ()>(&channel, &payload)
+            .await
+            .map_err(other))
     }
 
     async fn get(
