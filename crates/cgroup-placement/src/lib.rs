@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+mod devices;
 mod error;
 mod fsutil;
 mod host;
@@ -19,6 +20,7 @@ mod options;
 mod path;
 mod placement;
 
+pub use devices::{device_filter_support, YOUKI_MEMLOCK};
 pub use error::PlacementError;
 pub use host::{CgroupLayout, Host, V1Hierarchy, CGROUP_ROOT};
 pub use metrics::{

@@ -37,6 +37,11 @@ pub struct Placement {
     systemd_path: Option<String>,
     v1: Vec<V1Hierarchy>,
     unified: Option<PathBuf>,
+    /// Whether the shim may kill processes in and remove this cgroup: set by
+    /// [`Placement::claim`] when the cgroup did not exist or held no process. State saved
+    /// without it (or a refused claim) leaves foreign cgroups alone.
+    #[serde(default)]
+    owned: bool,
 }
 
 /// Decides where the container's cgroup lives.
@@ -122,6 +127,7 @@ pub fn decide(
         systemd_path,
         v1,
         unified,
+        owned: false,
     })
 }
 
@@ -194,6 +200,42 @@ impl Placement {
             .unwrap_or(&self.relative_path)
     }
 
+    /// Takes the container's cgroup for this container, before anything is created or
+    /// joined. A cgroup that already exists and holds processes (in it or below it, in any
+    /// hierarchy) is refused, as runc 1.2 refuses a non-empty cgroup at create: it belongs
+    /// to something else (a cgroupsPath of `/system.slice`, or an id matching a live
+    /// cgroup), and the shim would otherwise place the container there and kill those
+    /// processes at delete. An absent or empty cgroup is claimed: from now on the shim may
+    /// kill what is inside it and remove it ([`Placement::pids`], [`Placement::remove`]).
+    pub fn claim(&mut self) -> Result<(), PlacementError> {
+        for dir in self.cgroup_dirs() {
+            let mut pids = Vec::new();
+            collect_pids(&dir, &mut pids)
+                .map_err(|e| PlacementError::ForeignCgroup(format!("{e:#}")))?;
+            pids.sort_unstable();
+            pids.dedup();
+            if !pids.is_empty() {
+                let shown: Vec<String> = pids.iter().take(10).map(|p| p.to_string()).collect();
+                return Err(PlacementError::ForeignCgroup(format!(
+                    "cgroup {} already exists and holds {} process(es) (pids {}{}): the shim \
+                     does not adopt a cgroup it did not create; give the container its own \
+                     cgroupsPath (or another container id)",
+                    dir.display(),
+                    pids.len(),
+                    shown.join(", "),
+                    if pids.len() > 10 { ", ..." } else { "" }
+                )));
+            }
+        }
+        self.owned = true;
+        Ok(())
+    }
+
+    /// Whether [`Placement::claim`] succeeded for this placement.
+    pub fn owned(&self) -> bool {
+        self.owned
+    }
+
     /// Creates the container's directory in every hierarchy, parents as needed (cgroupfs
     /// driver). New v1 cpuset levels inherit `cpuset.cpus`/`cpuset.mems` from their parent
     /// so that processes can join them. Controllers on unified hosts are enabled down the
@@ -260,7 +302,13 @@ impl Placement {
     /// The pids in the container's cgroup and its descendants (from the unified hierarchy
     /// on unified hosts, else from the `pids` hierarchy or the first v1 one). Empty when
     /// the cgroup no longer exists.
+    ///
+    /// Always empty for a cgroup the shim did not claim, so that nothing kills its
+    /// processes.
     pub fn pids(&self) -> anyhow::Result<Vec<i32>> {
+        if !self.owned {
+            return Ok(Vec::new());
+        }
         let dir = self.primary_dir();
         let mut pids = Vec::new();
         collect_pids(&dir, &mut pids)?;
@@ -304,7 +352,16 @@ impl Placement {
     /// killed with SIGKILL first; directories already gone are fine. For the systemd driver
     /// the scope unit is stopped through youki's systemd manager (D-Bus) and any directory
     /// left behind is removed.
+    ///
+    /// A cgroup the shim did not claim is left alone (with a log line).
     pub fn remove(&self) -> anyhow::Result<()> {
+        if !self.owned {
+            tracing::info!(
+                cgroup = %self.relative_path.display(),
+                "not removing a cgroup this shim did not create"
+            );
+            return Ok(());
+        }
         let mut errors = Vec::new();
         if self.driver == Driver::Systemd {
             // Still remove what directories we can if systemd cannot be reached.
@@ -684,7 +741,8 @@ mod tests {
         }
         let parent = format!("spin-shim-test-{}", std::process::id());
         let path = format!("/{parent}/c1");
-        let placement = decide(Some(&path), "c1", None, &host).unwrap();
+        let mut placement = decide(Some(&path), "c1", None, &host).unwrap();
+        placement.claim().unwrap();
         let _guard = CgroupGuard(placement.clone(), parent);
         placement.create().unwrap();
         let res: oci_spec::runtime::LinuxResources =

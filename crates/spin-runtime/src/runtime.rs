@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use wasmtime::component::{Component as WasmComponent, Linker, ResourceTable};
-use wasmtime::{Engine, Store, StoreLimitsBuilder};
+use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::WasiHttpCtx;
@@ -17,6 +17,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 use crate::app::{App, Component, FileMount};
 use crate::compile_cache::{CompileCache, Outcome};
 use crate::host::{self, HostState};
+use crate::limits::{Limits, MemoryLimiter, EPOCH_TICK};
 use crate::routing::Router;
 use crate::{HostContext, InstanceState};
 
@@ -24,7 +25,9 @@ use crate::{HostContext, InstanceState};
 pub const LISTEN_ENV: &str = "SPIN_HTTP_LISTEN_ADDR";
 /// Default listen address (as Spin in a container).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:80";
-/// Env var: cap on one component instance's linear memory, in bytes.
+/// Env var: cap on one component instance's linear memory, in bytes. Default: half the
+/// container's cgroup memory limit ([`crate::limits::default_instance_memory`]); none when
+/// the container has no memory limit.
 pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
 /// Env var: set to `0` to use on-demand instance allocation instead of the pooling
 /// allocator (for hosts that limit virtual address space).
@@ -52,6 +55,8 @@ pub struct RuntimeConfig {
     pub listen: SocketAddr,
     /// Per-instance memory cap.
     pub max_instance_memory: Option<usize>,
+    /// Request deadline, HTTP timeouts and connection cap.
+    pub limits: Limits,
     /// Compiled-component cache; `None` compiles every start.
     pub compile_cache: Option<CompileCache>,
     /// App directory and environment for host features.
@@ -70,22 +75,35 @@ fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 impl RuntimeConfig {
-    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` and the compile cache
-    /// location from `env`. Bad values are errors naming the variable.
+    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` (default from the
+    /// container's memory limit), the [`Limits`] knobs and the compile cache location from
+    /// `env`. Bad values are errors naming the variable.
     pub fn from_env(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<Self> {
         let listen_text = lookup(env, LISTEN_ENV).unwrap_or(DEFAULT_LISTEN);
         let listen = listen_text.parse().map_err(|e| {
             anyhow!("{LISTEN_ENV}=`{listen_text}` is not an address like 0.0.0.0:80: {e}")
         })?;
         let max_instance_memory = match lookup(env, MAX_MEMORY_ENV) {
-            None | Some("") => None,
+            None | Some("") => {
+                let limit = crate::limits::container_memory_limit();
+                let cap = limit.map(crate::limits::default_instance_memory);
+                if let (Some(limit), Some(cap)) = (limit, cap) {
+                    tracing::info!(
+                        "container memory limit {limit} bytes: each component instance may \
+                         use up to {cap} bytes of linear memory (set {MAX_MEMORY_ENV} to change)"
+                    );
+                }
+                cap
+            }
             Some(v) => Some(v.trim().parse::<usize>().map_err(|e| {
                 anyhow!("{MAX_MEMORY_ENV}=`{v}` must be a number of bytes (e.g. 134217728): {e}")
             })?),
         };
+        let limits = Limits::from_env(|k| lookup(env, k).map(str::to_string))?;
         Ok(RuntimeConfig {
             listen,
             max_instance_memory,
+            limits,
             compile_cache: Some(CompileCache::from_env(env)),
             host: HostContext {
                 app_dir: app_dir.to_path_buf(),
@@ -99,29 +117,56 @@ impl RuntimeConfig {
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 
-/// The process-wide engine (created on first use): async support, pooling allocator
-/// unless `SPIN_SHIM_POOLING=0`.
+/// The process-wide engine (created on first use): async support, epoch interruption with
+/// a ticker thread, pooling allocator unless `SPIN_SHIM_POOLING=0`.
 pub fn engine() -> anyhow::Result<&'static Engine> {
+    engine_with_memory_cap(None)
+}
+
+/// As [`engine`]; the first call creating the engine bounds the pooling allocator's linear
+/// memories by `max_memory` (the container's memory limit: no instance can use more). The
+/// per-instance cap (`SPIN_MAX_INSTANCE_MEMORY`) is enforced per store, so that a request
+/// over it fails alone while components whose initial memory exceeds it still load.
+pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
     let pooling = std::env::var(POOLING_ENV).map(|v| v != "0").unwrap_or(true);
-    let engine = new_engine(pooling).or_else(|e| {
+    let engine = new_engine(pooling, max_memory).or_else(|e| {
         if pooling {
             tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
-            new_engine(false)
+            new_engine(false, max_memory)
         } else {
             Err(e)
         }
     })?;
-    Ok(ENGINE.get_or_init(|| engine))
+    let mut created = false;
+    let engine = ENGINE.get_or_init(|| {
+        created = true;
+        engine
+    });
+    if created {
+        // As Spin's engine: one tick per 10 ms; guests yield at every tick.
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || loop {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            })
+            .context("cannot start the epoch ticker thread")?;
+    }
+    Ok(engine)
 }
 
-fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
+fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
+    config.epoch_interruption(true);
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::default();
+        if let Some(max) = max_memory {
+            pool.max_memory_size(max);
+        }
         pool.total_component_instances(pool_limits::COMPONENT_INSTANCES)
             .total_core_instances(pool_limits::CORE_INSTANCES)
             .total_memories(pool_limits::MEMORIES)
@@ -165,6 +210,7 @@ pub struct LoadedApp {
     pub(crate) router: Router,
     pub(crate) components: HashMap<String, Arc<PreparedComponent>>,
     max_instance_memory: Option<usize>,
+    pub(crate) limits: Limits,
     /// What loading did.
     pub stats: LoadStats,
     _staging: Vec<StagingDir>,
@@ -184,7 +230,9 @@ impl LoadedApp {
     /// router and the host state. Fails naming the component on a bad source, a missing
     /// import, or a component without a `wasi:http/incoming-handler@0.2.x` export.
     pub fn load(app: App, config: &RuntimeConfig) -> anyhow::Result<LoadedApp> {
-        let engine = engine()?;
+        let engine = engine_with_memory_cap(
+            crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
+        )?;
         let router = Router::build(&app.http_triggers)?;
         let mut linker: Linker<InstanceState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -257,6 +305,7 @@ impl LoadedApp {
             router,
             components,
             max_instance_memory: config.max_instance_memory,
+            limits: config.limits.clone(),
             stats,
             _staging: staging,
         })
@@ -280,19 +329,24 @@ impl LoadedApp {
                     )
                 })?;
         }
-        let mut limits = StoreLimitsBuilder::new();
-        if let Some(max) = self.max_instance_memory {
-            limits = limits.memory_size(max);
-        }
         let state = InstanceState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limits: limits.build(),
+            limits: MemoryLimiter::new(self.max_instance_memory),
             host: component.host.clone(),
         };
         let mut store = Store::new(component.pre.engine(), state);
         store.limiter(|s| &mut s.limits);
+        // A busy guest yields to the executor at every epoch tick, so it never holds a
+        // worker thread; the request deadline is enforced around the call (server.rs).
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| {
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
         Ok(store)
     }
 

@@ -55,6 +55,7 @@ fn config(cache: Option<&std::path::Path>, app_dir: &std::path::Path) -> Runtime
     RuntimeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_instance_memory: None,
+        limits: Default::default(),
         compile_cache: cache.map(CompileCache::new),
         host: HostContext {
             app_dir: app_dir.to_path_buf(),

@@ -9,6 +9,14 @@ use wasmtime_wasi::{
     FsPerms, I32Exit, ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
+/// Container env var: how many seconds the program may run (`30`, `0.5`) before it
+/// is stopped with [`TRAP_EXIT_CODE`]. No default: a WASI program is a job, and Kubernetes
+/// leaves `activeDeadlineSeconds` unset by default too.
+pub const DEADLINE_ENV: &str = "SPIN_SHIM_WASI_TIMEOUT";
+
+/// Epoch tick of the deadline (as the Spin runtime's, 10 ms).
+const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Exit status reported when the program traps or cannot be loaded (as wasmtime's CLI:
 /// 128 + SIGABRT).
 pub const TRAP_EXIT_CODE: i32 = 134;
@@ -81,9 +89,41 @@ pub fn run_inner(
 ) -> wasmtime::Result<i32> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let kind = wasm_kind(&bytes).with_context(|| format!("loading {}", path.display()))?;
+    let deadline = match env.iter().rev().find(|(k, _)| k == DEADLINE_ENV) {
+        Some((_, v)) if !v.trim().is_empty() => {
+            let secs = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s >= 0.0)
+                .ok_or_else(|| {
+                    wasmtime::format_err!(
+                    "{DEADLINE_ENV}=`{v}` must be a number of seconds (e.g. 30 or 0.5); 0 for none"
+                )
+                })?;
+            Some(std::time::Duration::from_secs_f64(secs)).filter(|d| !d.is_zero())
+        }
+        _ => None,
+    };
     let mut config = Config::new();
     config.wasm_component_model(true);
+    config.epoch_interruption(deadline.is_some());
     let engine = Engine::new(&config)?;
+    if deadline.is_some() {
+        let ticker = engine.weak();
+        std::thread::spawn(move || {
+            while let Some(engine) = ticker.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+    }
+    let arm = |store: &mut dyn FnMut(u64)| {
+        if let Some(d) = deadline {
+            store((d.as_millis() / EPOCH_TICK.as_millis()) as u64 + 1);
+        }
+    };
     let result = match kind {
         WasmKind::Module => {
             let module = Module::new(&engine, &bytes)?;
@@ -91,6 +131,7 @@ pub fn run_inner(
             wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s| s)?;
             let ctx = builder(args, env, root)?.build_p1();
             let mut store = Store::new(&engine, ctx);
+            arm(&mut |ticks| store.set_epoch_deadline(ticks));
             let instance = linker.instantiate(&mut store, &module)?;
             let start = instance
                 .get_typed_func::<(), ()>(&mut store, "_start")
@@ -106,6 +147,7 @@ pub fn run_inner(
                 table: ResourceTable::new(),
             };
             let mut store = Store::new(&engine, state);
+            arm(&mut |ticks| store.set_epoch_deadline(ticks));
             let command = wasmtime_wasi::p2::bindings::sync::Command::instantiate(
                 &mut store, &component, &linker,
             )
@@ -121,6 +163,13 @@ pub fn run_inner(
         Ok(()) => Ok(0),
         Err(e) => match e.downcast_ref::<I32Exit>() {
             Some(exit) => Ok(exit.0),
+            None if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
+                Err(e.context(format!(
+                    "{} ran longer than its deadline of {:?} ({DEADLINE_ENV}) and was stopped",
+                    path.display(),
+                    deadline.unwrap_or_default()
+                )))
+            }
             None => Err(e),
         },
     }
@@ -167,6 +216,33 @@ mod tests {
         let p = d.path().join("ok.wasm");
         std::fs::write(&p, ok).unwrap();
         assert_eq!(run_inner(&p, &[], &[], d.path()).unwrap(), 0);
+    }
+
+    /// A module that never returns is stopped at its deadline, naming the knob.
+    #[test]
+    fn deadline_stops_a_looping_program() {
+        let d = tempfile::tempdir().unwrap();
+        let spin = wat_module(
+            r#"(module (memory (export "memory") 1)
+                 (func (export "_start") (loop $l (br $l))))"#,
+        );
+        let p = d.path().join("spin.wasm");
+        std::fs::write(&p, spin).unwrap();
+        let env = [(DEADLINE_ENV.to_string(), "0.3".to_string())];
+        let t = std::time::Instant::now();
+        let e = run_inner(&p, &[], &env, d.path()).unwrap_err();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(300));
+        let msg = format!("{e:?}");
+        assert!(
+            msg.contains("ran longer than its deadline of 300ms (SPIN_SHIM_WASI_TIMEOUT)"),
+            "{msg}"
+        );
+        let bad = [(DEADLINE_ENV.to_string(), "soon".to_string())];
+        let e = run_inner(&p, &[], &bad, d.path()).unwrap_err();
+        assert!(
+            format!("{e:?}").contains("SPIN_SHIM_WASI_TIMEOUT=`soon`"),
+            "{e:?}"
+        );
     }
 
     fn wat_module(text: &str) -> Vec<u8> {

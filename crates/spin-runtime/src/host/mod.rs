@@ -270,9 +270,11 @@ impl HostState {
     pub fn outbound_allowed(&self, address: &str, default_scheme: &str) -> bool {
         let Some((scheme, host, port)) = outbound::parse_outbound_url(address, default_scheme)
         else {
+            // Connection strings carry passwords: scheme and authority only.
             tracing::warn!(
-                "component `{}` tried to connect to `{address}`, which is not a URL",
-                self.component.id
+                "component `{}` tried to connect to `{}`, which is not a URL",
+                self.component.id,
+                outbound::origin_only(address)
             );
             return false;
         };
@@ -546,13 +548,14 @@ pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime
 /// destination and the `allowed_outbound_hosts` entry that would allow it.
 pub fn denied_message(component_id: &str, uri: &http::Uri) -> String {
     let scheme = uri.scheme_str().unwrap_or("http");
+    // Scheme, host and port only: paths and queries may carry tokens.
     let suggestion = match (uri.host(), uri.port_u16()) {
         (Some(host), Some(port)) => format!("{scheme}://{host}:{port}"),
         (Some(host), None) => format!("{scheme}://{host}"),
         (None, _) => format!("{scheme}://self"),
     };
     format!(
-        "component `{component_id}` is not allowed to send an HTTP request to {uri}: the \
+        "component `{component_id}` is not allowed to send an HTTP request to {suggestion}: the \
          destination is not in its allowed_outbound_hosts; to allow it, add \
          allowed_outbound_hosts = [\"{suggestion}\"] to [component.{component_id}] in spin.toml"
     )

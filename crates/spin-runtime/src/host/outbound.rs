@@ -241,6 +241,22 @@ fn cidr_contains(net: IpAddr, bits: u8, ip: IpAddr) -> bool {
     }
 }
 
+/// `scheme://host[:port]` of a URL-like text, without user info, path, query or fragment,
+/// for logs (those parts may carry tokens).
+pub fn origin_only(text: &str) -> String {
+    let text = text.trim();
+    let (scheme, rest) = match text.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, text),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit('@').next().unwrap_or_default();
+    match scheme {
+        Some(s) => format!("{s}://{authority}"),
+        None => authority.to_string(),
+    }
+}
+
 /// A component's whole allow-list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowedHosts {
@@ -267,7 +283,18 @@ impl AllowedHosts {
                 anyhow::anyhow!("component `{component_id}` allowed_outbound_hosts: {e}")
             })?;
             let parsed = AllowedHost::parse(&expanded).map_err(|e| {
-                anyhow::anyhow!("component `{component_id}` allowed_outbound_hosts: {e}")
+                let shown = origin_only(entry);
+                if entry.contains("{{") {
+                    // The expanded value may hold a secret: name the entry as written.
+                    anyhow::anyhow!(
+                        "component `{component_id}` allowed_outbound_hosts: `{shown}` does not \
+                         expand to a valid entry (the expanded value is not shown); \
+                         {FORMAT_HINT}"
+                    )
+                } else {
+                    let e = e.replace(entry.trim(), &shown);
+                    anyhow::anyhow!("component `{component_id}` allowed_outbound_hosts: {e}")
+                }
             })?;
             out.push(parsed);
         }

@@ -112,9 +112,37 @@ impl Server {
         extra_env: &[(&str, &str)],
         cache_dir: &Path,
     ) -> Server {
+        Self::start_full(app_dir, extra_env, cache_dir, None)
+    }
+
+    /// As [`Server::start`], the process joining the cgroup whose `cgroup.procs` file is
+    /// given before it execs `spin-serve`.
+    pub fn start_in_cgroup(app_dir: &Path, extra_env: &[(&str, &str)], procs: &Path) -> Server {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let mut s = Self::start_full(app_dir, extra_env, cache_dir.path(), Some(procs));
+        s.own_cache = Some(cache_dir);
+        s
+    }
+
+    fn start_full(
+        app_dir: &Path,
+        extra_env: &[(&str, &str)],
+        cache_dir: &Path,
+        cgroup_procs: Option<&Path>,
+    ) -> Server {
         // Staged files go to a dir this server owns, so nothing outlives the test.
         let tmp_dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+        let bin = env!("CARGO_BIN_EXE_spin-serve");
+        let mut cmd = match cgroup_procs {
+            None => Command::new(bin),
+            Some(procs) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                    .arg(procs)
+                    .arg(bin);
+                c
+            }
+        };
         cmd.env("TMPDIR", tmp_dir.path());
         cmd.arg(app_dir)
             .args(["--listen", "127.0.0.1:0"])

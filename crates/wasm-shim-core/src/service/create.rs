@@ -20,12 +20,13 @@ impl Service {
             .as_ref()
             .and_then(|l| l.cgroups_path().clone())
             .map(|p| p.to_string_lossy().into_owned());
-        let placement = cgroup_placement::decide(
+        let mut placement = cgroup_placement::decide(
             cgroups_path.as_deref(),
             &req.id,
             systemd_opt,
             &self.inner.host,
         )?;
+        placement.claim()?;
         placement.rewrite_spec(&mut spec, &self.inner.host);
 
         let rootfs_mounted = if req.rootfs.is_empty() {
