@@ -259,7 +259,8 @@ fn locked_json(dir: &Path, inline_file: bool) -> String {
         "components": [{
             "id": "api",
             "metadata": {"allowed_outbound_hosts": ["https://*.example.com", "redis://*:*"],
-                         "key_value_stores": ["default"], "databases": ["default"]},
+                         "key_value_stores": ["default"], "databases": ["default"],
+                         "ai_models": ["llama2-chat"]},
             "source": {"content_type": "application/wasm",
                        "source": format!("file://{}", dir.join("api.wasm").display()),
                        "digest": "sha256:abc"},
