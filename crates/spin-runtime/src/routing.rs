@@ -7,7 +7,9 @@
 //! route is replaced by the later one (with a warning); private routes are not
 //! reachable; `/.well-known/spin/` is reserved for the built-in endpoints.
 
-use crate::app::{HttpTrigger, Route};
+use std::sync::Arc;
+
+use crate::app::{HttpTrigger, Route, StaticResponse};
 
 /// Prefix reserved for the runtime's built-in endpoints.
 pub const WELL_KNOWN_PREFIX: &str = "/.well-known/spin";
@@ -27,13 +29,16 @@ struct Entry {
     segments: Vec<Segment>,
     wildcard: bool,
     component: String,
+    static_response: Option<Arc<StaticResponse>>,
 }
 
 /// The result of routing one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteMatch {
-    /// The component that handles the request.
+    /// The component that handles the request (empty for a static response).
     pub component: String,
+    /// The trigger's `static_response`, served instead of a component.
+    pub static_response: Option<Arc<StaticResponse>>,
     /// The route as the app declared it, normalized (e.g. `/hello/...`): the
     /// `spin-matched-route` and `spin-raw-component-route` headers.
     pub route: String,
@@ -152,6 +157,7 @@ impl Router {
                 segments,
                 wildcard,
                 component: t.component.clone(),
+                static_response: t.static_response.clone().map(Arc::new),
             };
             if let Some(existing) = entries
                 .iter_mut()
@@ -212,6 +218,7 @@ impl Router {
                 .to_string();
             return Some(RouteMatch {
                 component: e.component.clone(),
+                static_response: e.static_response.clone(),
                 route: e.normalized.clone(),
                 component_route,
                 path_info,
@@ -238,6 +245,7 @@ mod tests {
                     Route::Path(r.to_string())
                 },
                 component: c.to_string(),
+                static_response: None,
             })
             .collect();
         Router::build(&triggers).unwrap()

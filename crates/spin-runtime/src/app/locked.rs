@@ -175,12 +175,15 @@ pub(super) fn parse(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Res
             );
         }
         let cfg = &t.trigger_config;
-        if cfg.get("static_response").is_some() {
-            bail!(
-                "{ORIGIN}: trigger `{}`: static responses are not supported by this runtime",
-                t.id
-            );
-        }
+        let static_response: Option<super::StaticResponse> = match cfg.get("static_response") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
+                anyhow!(
+                    "{ORIGIN}: trigger `{}`: key `trigger_config.static_response`: {e}",
+                    t.id
+                )
+            })?),
+        };
         if let Some(exec) = cfg.get("executor").filter(|v| !v.is_null()) {
             let kind = exec.get("type").and_then(|v| v.as_str()).unwrap_or("?");
             if kind != "spin" {
@@ -190,11 +193,17 @@ pub(super) fn parse(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Res
                 );
             }
         }
-        let component = cfg
-            .get("component")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| anyhow!("{ORIGIN}: trigger `{}`: key `trigger_config.component` is missing or not a string", t.id))?
-            .to_string();
+        let component = match (cfg.get("component"), &static_response) {
+            (None | Some(serde_json::Value::Null), Some(_)) => String::new(),
+            (Some(_), Some(_)) => bail!(
+                "{ORIGIN}: trigger `{}`: give either `component` or `static_response`, not both",
+                t.id
+            ),
+            (c, None) => c
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| anyhow!("{ORIGIN}: trigger `{}`: key `trigger_config.component` is missing or not a string", t.id))?
+                .to_string(),
+        };
         let route = match cfg.get("route") {
             Some(serde_json::Value::String(r)) => Route::Path(r.clone()),
             Some(v) if v.get("private").and_then(|p| p.as_bool()) == Some(true) => Route::Private,
@@ -211,6 +220,7 @@ pub(super) fn parse(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Res
             id: t.id,
             route,
             component,
+            static_response,
         });
     }
 

@@ -62,6 +62,24 @@ struct HttpTriggerToml {
     static_response: Option<toml::Value>,
 }
 
+/// `static_response` of a trigger, or an error naming the key.
+fn static_response(
+    value: Option<toml::Value>,
+    origin: &str,
+    key: &str,
+) -> anyhow::Result<Option<super::StaticResponse>> {
+    value
+        .map(|v| {
+            v.try_into().map_err(|e: toml::de::Error| {
+                anyhow!(
+                    "{origin}: key `{key}.static_response`: {} (expected status_code, headers, body)",
+                    one_line(&e.to_string())
+                )
+            })
+        })
+        .transpose()
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum RouteToml {
@@ -220,8 +238,11 @@ pub(super) fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<App
         })?;
         for (index, t) in entries.into_iter().enumerate() {
             let key = format!("trigger.http[{index}]");
-            if t.static_response.is_some() {
-                bail!("{origin}: key `{key}.static_response`: static responses are not supported by this runtime; serve the content from a component");
+            let static_response = static_response(t.static_response, origin, &key)?;
+            if static_response.is_some() && t.component.is_some() {
+                bail!(
+                    "{origin}: key `{key}`: give either `component` or `static_response`, not both"
+                );
             }
             if let Some(executor) = &t.executor {
                 let kind = executor.get("type").and_then(|v| v.as_str()).unwrap_or("?");
@@ -233,6 +254,7 @@ pub(super) fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<App
                 }
             }
             let component_id = match t.component {
+                None if static_response.is_some() => String::new(),
                 Some(ComponentRefToml::Id(id)) => id,
                 Some(ComponentRefToml::Inline(inline)) => {
                     let id = t
@@ -255,12 +277,16 @@ pub(super) fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<App
                      give a path such as \"/...\""
                 ),
             };
+            let id = match (t.id, static_response.is_some()) {
+                (Some(id), _) => id,
+                (None, true) => format!("static-http-trigger{index}"),
+                (None, false) => format!("{component_id}-http-trigger{}", suffix(index)),
+            };
             http_triggers.push(HttpTrigger {
-                id: t
-                    .id
-                    .unwrap_or_else(|| format!("{component_id}-http-trigger{}", suffix(index))),
+                id,
                 route,
                 component: component_id,
+                static_response,
             });
         }
     }

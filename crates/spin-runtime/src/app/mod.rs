@@ -6,12 +6,14 @@
 
 mod locked;
 mod manifest;
+mod retain;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use locked::{ContentRef, ContentResolver, FileUrlResolver};
+pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
 
 /// A Spin application: metadata, variables, HTTP triggers and components.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +57,33 @@ pub struct HttpTrigger {
     pub id: String,
     /// Where the trigger is reachable.
     pub route: Route,
-    /// Id of the component that handles the requests.
+    /// Id of the component that handles the requests (empty for a static response).
     pub component: String,
+    /// `static_response` (Spin 3.x): served by the host instead of a component.
+    pub static_response: Option<StaticResponse>,
+}
+
+/// A trigger's `static_response` table, as Spin's `spin_http::config::StaticResponse`:
+/// status (default 200), headers, optional body.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticResponse {
+    /// `status_code`; `None` means 200.
+    #[serde(default)]
+    pub status_code: Option<u16>,
+    /// `headers`, name to value.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `body`, if any.
+    #[serde(default)]
+    pub body: Option<String>,
+}
+
+impl StaticResponse {
+    /// The status to answer with.
+    pub fn status(&self) -> u16 {
+        self.status_code.unwrap_or(200)
+    }
 }
 
 /// The route of an HTTP trigger.
@@ -189,7 +216,16 @@ impl App {
                 .map_err(|e| anyhow::anyhow!("{origin}: key `variables.{name}`: {e}"))?;
         }
         for trigger in &self.http_triggers {
-            if !self.components.contains_key(&trigger.component) {
+            if let Some(sr) = &trigger.static_response {
+                http::StatusCode::from_u16(sr.status()).map_err(|_| {
+                    anyhow::anyhow!(
+                        "{origin}: http trigger `{}`: static_response status_code {} is not an \
+                         HTTP status",
+                        trigger.id,
+                        sr.status()
+                    )
+                })?;
+            } else if !self.components.contains_key(&trigger.component) {
                 anyhow::bail!(
                     "{origin}: http trigger `{}` names component `{}`, which is not defined \
                      (add a [component.{}] table)",
