@@ -1,16 +1,41 @@
 #!/usr/bin/env bash
 # Builds the guest Wasm apps under tests/apps for wasm32-wasip2 (and wasip1 core modules
-# where a test needs one). Output: tests/apps/target/wasm32-wasip2/release/*.wasm
+# where a test needs one: wasi-*-p1, and the SDK proof apps sdk3-http (spin-sdk 3.x, wasip1
+# only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)).
+# Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
 cd "$(dirname "$0")/../tests/apps"
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # The guest workspace has its own target dir even when CARGO_TARGET_DIR points elsewhere.
 export CARGO_TARGET_DIR="$PWD/target"
 echo "apps: building guest apps for wasm32-wasip2"
-cargo build --release --target wasm32-wasip2 --quiet
+cargo build --release --target wasm32-wasip2 --workspace --exclude sdk3-http --quiet
+cargo build --release --target wasm32-wasip1 -p sdk3-http -p sdk5-http --quiet
 if compgen -G "wasi-*-p1" >/dev/null; then
     for d in wasi-*-p1; do
         cargo build --release --target wasm32-wasip1 -p "$d" --quiet
     done
 fi
+
+# Python SDK 3.x apps (componentize-py, as Spin's http-py template builds them). The
+# toolchain (~20 MB of wheels from PyPI) is cached in a venv under target/; a component is
+# rebuilt only when its sources are newer than it.
+for d in py-*/; do
+    [ -f "$d/requirements.txt" ] || continue
+    d=${d%/}
+    out="target/wasm32-wasip2/release/$(echo "$d" | tr - _).wasm"
+    venv="target/py-venv/$(sha256sum "$d/requirements.txt" | cut -c1-12)"
+    if [ ! -x "$venv/bin/componentize-py" ]; then
+        echo "apps: installing $(tr '\n' ' ' < "$d/requirements.txt")into $venv"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$d/requirements.txt"
+    fi
+    if [ ! -f "$out" ] || [ -n "$(find "$d" -newer "$out" -type f)" ]; then
+        mkdir -p "$(dirname "$out")"
+        (cd "$d" && VIRTUAL_ENV="$PWD/../$venv" PATH="$PWD/../$venv/bin:$PATH" \
+            componentize-py -w spin-http componentize app -o "../$out.tmp" >/dev/null)
+        mv "$out.tmp" "$out"
+    fi
+done
 echo "apps: done ($(ls target/wasm32-wasip2/release/*.wasm 2>/dev/null | wc -l) wasm files)"

@@ -110,9 +110,12 @@ log "images built in $(elapsed "$t")s"
 # --- node --------------------------------------------------------------------------------
 t=$(date +%s.%N)
 export NODE_SHIM_DIR="$shim_dir"
-# Trees outside the root file system are not in the overlay: bind them in read-only.
+# Trees outside the root file system are not in the overlay, and the node's /tmp is its
+# own tmpfs (a CARGO_TARGET_DIR under /tmp would be missing there): bind both read-only.
 binds=""
 for p in "$repo" "$target" "$shim_dir" "$apps_dir" "$ctr17_dir"; do
+    p="$(realpath "$p")"
+    case "$p" in /tmp/*) binds="$binds $p"; continue ;; esac
     [ "$(stat -c %d "$p")" = "$(stat -c %d /)" ] || binds="$binds $p"
 done
 export NODE_BIND_RO="$binds"

@@ -59,4 +59,7 @@ pub enum PlacementError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The container's cgroup exists and holds processes of something else.
+    #[error("refusing the container's cgroup: {0}")]
+    ForeignCgroup(String),
 }

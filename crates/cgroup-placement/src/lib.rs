@@ -5,28 +5,37 @@
 //! ([`Host::detect`]), [`decide`] yields a [`Placement`]: the driver, the path below every
 //! hierarchy root (the one systemd would use for the systemd form, so a container lands
 //! under its Kubernetes pod cgroup on every layout), and what to hand to youki's
-//! libcontainer. The placement then creates, joins, measures and removes the cgroup.
+//! libcontainer. The placement then rewrites the spec youki reads, creates, joins, updates,
+//! measures, empties (kill-all) and removes the cgroup: every cgroup write the shim makes
+//! outside youki goes through it.
 
 #![warn(missing_docs)]
 
+mod devices;
 mod error;
 mod fsutil;
 mod host;
 mod metrics;
+mod options;
 mod path;
 mod placement;
 
+pub use devices::{device_filter_support, YOUKI_MEMLOCK};
 pub use error::PlacementError;
 pub use host::{CgroupLayout, Host, V1Hierarchy, CGROUP_ROOT};
 pub use metrics::{
     parse_psi, read_psi, read_v1_metrics, read_v2_metrics, Metrics, V1_METRICS_TYPE_URL,
     V2_METRICS_TYPE_URL,
 };
+pub use options::systemd_option;
 pub use path::{
     expand_slice, parse_cgroups_path, systemd_cgroup_option, CgroupsPath, DEFAULT_SLICE,
     MAX_COMPONENT_LEN,
 };
-pub use placement::{decide, filter_resources, Driver, Placement, DEFAULT_SYSTEMD_PREFIX};
+pub use placement::{
+    decide, filter_resources, Driver, Placement, DEFAULT_SYSTEMD_PREFIX, KILL_ALL_ROUNDS,
+    KILL_INTERVAL,
+};
 
 /// The containerd metrics message types this crate fills.
 pub mod proto {

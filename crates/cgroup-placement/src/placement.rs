@@ -37,6 +37,11 @@ pub struct Placement {
     systemd_path: Option<String>,
     v1: Vec<V1Hierarchy>,
     unified: Option<PathBuf>,
+    /// Whether the shim may kill processes in and remove this cgroup: set by
+    /// [`Placement::claim`] when the cgroup did not exist or held no process. State saved
+    /// without it (or a refused claim) leaves foreign cgroups alone.
+    #[serde(default)]
+    owned: bool,
 }
 
 /// Decides where the container's cgroup lives.
@@ -122,6 +127,7 @@ pub fn decide(
         systemd_path,
         v1,
         unified,
+        owned: false,
     })
 }
 
@@ -194,6 +200,42 @@ impl Placement {
             .unwrap_or(&self.relative_path)
     }
 
+    /// Takes the container's cgroup for this container, before anything is created or
+    /// joined. A cgroup that already exists and holds processes (in it or below it, in any
+    /// hierarchy) is refused, as runc 1.2 refuses a non-empty cgroup at create: it belongs
+    /// to something else (a cgroupsPath of `/system.slice`, or an id matching a live
+    /// cgroup), and the shim would otherwise place the container there and kill those
+    /// processes at delete. An absent or empty cgroup is claimed: from now on the shim may
+    /// kill what is inside it and remove it ([`Placement::pids`], [`Placement::remove`]).
+    pub fn claim(&mut self) -> Result<(), PlacementError> {
+        for dir in self.cgroup_dirs() {
+            let mut pids = Vec::new();
+            collect_pids(&dir, &mut pids)
+                .map_err(|e| PlacementError::ForeignCgroup(format!("{e:#}")))?;
+            pids.sort_unstable();
+            pids.dedup();
+            if !pids.is_empty() {
+                let shown: Vec<String> = pids.iter().take(10).map(|p| p.to_string()).collect();
+                return Err(PlacementError::ForeignCgroup(format!(
+                    "cgroup {} already exists and holds {} process(es) (pids {}{}): the shim \
+                     does not adopt a cgroup it did not create; give the container its own \
+                     cgroupsPath (or another container id)",
+                    dir.display(),
+                    pids.len(),
+                    shown.join(", "),
+                    if pids.len() > 10 { ", ..." } else { "" }
+                )));
+            }
+        }
+        self.owned = true;
+        Ok(())
+    }
+
+    /// Whether [`Placement::claim`] succeeded for this placement.
+    pub fn owned(&self) -> bool {
+        self.owned
+    }
+
     /// Creates the container's directory in every hierarchy, parents as needed (cgroupfs
     /// driver). New v1 cpuset levels inherit `cpuset.cpus`/`cpuset.mems` from their parent
     /// so that processes can join them. Controllers on unified hosts are enabled down the
@@ -260,7 +302,13 @@ impl Placement {
     /// The pids in the container's cgroup and its descendants (from the unified hierarchy
     /// on unified hosts, else from the `pids` hierarchy or the first v1 one). Empty when
     /// the cgroup no longer exists.
+    ///
+    /// Always empty for a cgroup the shim did not claim, so that nothing kills its
+    /// processes.
     pub fn pids(&self) -> anyhow::Result<Vec<i32>> {
+        if !self.owned {
+            return Ok(Vec::new());
+        }
         let dir = self.primary_dir();
         let mut pids = Vec::new();
         collect_pids(&dir, &mut pids)?;
@@ -304,7 +352,16 @@ impl Placement {
     /// killed with SIGKILL first; directories already gone are fine. For the systemd driver
     /// the scope unit is stopped through youki's systemd manager (D-Bus) and any directory
     /// left behind is removed.
+    ///
+    /// A cgroup the shim did not claim is left alone (with a log line).
     pub fn remove(&self) -> anyhow::Result<()> {
+        if !self.owned {
+            tracing::info!(
+                cgroup = %self.relative_path.display(),
+                "not removing a cgroup this shim did not create"
+            );
+            return Ok(());
+        }
         let mut errors = Vec::new();
         if self.driver == Driver::Systemd {
             // Still remove what directories we can if systemd cannot be reached.
@@ -327,22 +384,109 @@ impl Placement {
         Ok(())
     }
 
-    fn stop_scope(&self) -> anyhow::Result<()> {
-        use libcgroups::common::{create_cgroup_manager, CgroupConfig, CgroupManager};
-        let Some(systemd_path) = &self.systemd_path else {
-            return Ok(());
+    /// youki's cgroup manager for this placement: the systemd manager (D-Bus) for the
+    /// systemd driver, else the fs manager of the layout. The one place this crate builds
+    /// one; youki builds its own for the container from the same
+    /// [`Placement::youki_cgroups_path`] and [`Placement::youki_systemd`].
+    fn manager(&self) -> anyhow::Result<libcgroups::common::AnyCgroupManager> {
+        use libcgroups::common::{create_cgroup_manager, CgroupConfig};
+        let config = CgroupConfig {
+            cgroup_path: PathBuf::from(self.youki_cgroups_path()),
+            systemd_cgroup: self.youki_systemd(),
+            // Only used when a manager starts a unit for a new process; never here.
+            container_name: self.unit_name.clone().unwrap_or_default(),
         };
-        let unit = self.unit_name.clone().unwrap_or_default();
-        let manager = create_cgroup_manager(CgroupConfig {
-            cgroup_path: PathBuf::from(systemd_path),
-            systemd_cgroup: true,
-            container_name: unit.clone(),
+        create_cgroup_manager(config).with_context(|| {
+            format!(
+                "cgroup manager for {} ({:?} driver)",
+                self.youki_cgroups_path(),
+                self.driver
+            )
         })
-        .with_context(|| format!("connecting to systemd to stop unit {unit}"))?;
+    }
+
+    fn stop_scope(&self) -> anyhow::Result<()> {
+        use libcgroups::common::CgroupManager;
+        if self.systemd_path.is_none() {
+            return Ok(());
+        }
+        let unit = self.unit_name.clone().unwrap_or_default();
+        let manager = self
+            .manager()
+            .with_context(|| format!("connecting to systemd to stop unit {unit}"))?;
         manager
             .remove()
             .with_context(|| format!("stopping systemd unit {unit}"))?;
         Ok(())
+    }
+
+    /// Puts the placement's path into the spec youki reads ([`Placement::youki_cgroups_path`])
+    /// and drops resource settings whose controller `host` lacks ([`filter_resources`],
+    /// logged).
+    pub fn rewrite_spec(&self, spec: &mut oci_spec::runtime::Spec, host: &Host) {
+        let mut linux = spec.linux().clone().unwrap_or_default();
+        linux.set_cgroups_path(Some(PathBuf::from(self.youki_cgroups_path())));
+        if let Some(mut res) = linux.resources().clone() {
+            filter_resources(host, &mut res);
+            linux.set_resources(Some(res));
+        }
+        spec.set_linux(Some(linux));
+    }
+
+    /// Applies new resource settings (containerd's Update) to the container's cgroup
+    /// through youki's manager, after dropping the settings whose controller `host` lacks
+    /// ([`filter_resources`], logged).
+    pub fn update_resources(
+        &self,
+        host: &Host,
+        resources: &oci_spec::runtime::LinuxResources,
+    ) -> anyhow::Result<()> {
+        use libcgroups::common::{CgroupManager, ControllerOpt};
+        let mut res = resources.clone();
+        filter_resources(host, &mut res);
+        self.manager()?.apply(&ControllerOpt {
+            resources: &res,
+            disable_oom_killer: false,
+            oom_score_adj: None,
+            freezer_state: None,
+        })?;
+        Ok(())
+    }
+
+    /// Kills every process in the container's cgroup (SIGKILL, repeated while new ones
+    /// appear) and waits, bounded by [`KILL_ALL_ROUNDS`] x [`KILL_INTERVAL`], until it is
+    /// empty. Returns the pids that were signalled.
+    pub fn kill_all(&self) -> Vec<i32> {
+        let mut killed = Vec::new();
+        for _ in 0..KILL_ALL_ROUNDS {
+            let pids = self.pids().unwrap_or_default();
+            if pids.is_empty() {
+                break;
+            }
+            sigkill(&pids);
+            for pid in pids {
+                if !killed.contains(&pid) {
+                    killed.push(pid);
+                }
+            }
+            std::thread::sleep(KILL_INTERVAL);
+        }
+        killed
+    }
+}
+
+/// [`Placement::kill_all`] signals the cgroup's processes up to this many times ...
+pub const KILL_ALL_ROUNDS: usize = 50;
+/// ... this far apart; cgroup removal retries EBUSY at the same pace.
+pub const KILL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// SIGKILL to each of `pids` (a process that is gone already is fine).
+fn sigkill(pids: &[i32]) {
+    for &pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -427,14 +571,8 @@ pub(crate) fn remove_cgroup_tree(dir: &Path) -> anyhow::Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < ATTEMPTS => {
                 let mut pids = Vec::new();
                 collect_pids(dir, &mut pids)?;
-                for pid in pids {
-                    // The process may be gone already; ESRCH is fine.
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                sigkill(&pids);
+                std::thread::sleep(KILL_INTERVAL);
             }
             Err(e) => {
                 let mut left = Vec::new();
@@ -561,4 +699,61 @@ pub fn filter_resources(
         }
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Removes the test's cgroup and the parent it created, also on failure.
+    struct CgroupGuard(Placement, String);
+    impl Drop for CgroupGuard {
+        fn drop(&mut self) {
+            let _ = self.0.remove();
+            for (_, d) in self.0.v1_dirs() {
+                let root = d.ancestors().nth(1).map(Path::to_path_buf);
+                if let Some(p) = root.filter(|p| p.ends_with(&self.1)) {
+                    let _ = std::fs::remove_dir(p);
+                }
+            }
+            if let Some(p) = self
+                .0
+                .unified_dir()
+                .and_then(|d| d.parent().map(Path::to_path_buf))
+            {
+                if p.ends_with(&self.1) {
+                    let _ = std::fs::remove_dir(p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn update_applies_memory_limit_to_the_container_cgroup() {
+        let host = Host::detect().unwrap();
+        if host
+            .v1_hierarchies()
+            .iter()
+            .all(|(c, _)| !c.split(',').any(|c| c == "memory"))
+        {
+            eprintln!("skipped: no cgroup v1 memory hierarchy on this host");
+            return;
+        }
+        let parent = format!("spin-shim-test-{}", std::process::id());
+        let path = format!("/{parent}/c1");
+        let mut placement = decide(Some(&path), "c1", None, &host).unwrap();
+        placement.claim().unwrap();
+        let _guard = CgroupGuard(placement.clone(), parent);
+        placement.create().unwrap();
+        let res: oci_spec::runtime::LinuxResources =
+            serde_json::from_str(r#"{"memory":{"limit":33554432}}"#).unwrap();
+        placement.update_resources(&host, &res).unwrap();
+        let (_, mem) = placement
+            .v1_dirs()
+            .into_iter()
+            .find(|(c, _)| c == "memory")
+            .unwrap();
+        let limit = std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap();
+        assert_eq!(limit.trim(), "33554432");
+    }
 }

@@ -123,7 +123,8 @@ fn pod_scenario(host: &Host, label: &str) -> (u64, u64) {
     let slice = format!("{top}-burstable-pod{uid_}.slice");
     let value = format!("{slice}:cri-containerd:{id}");
 
-    let placement = decide(Some(&value), &id, None, host).unwrap();
+    let mut placement = decide(Some(&value), &id, None, host).unwrap();
+    placement.claim().unwrap();
     let pod_rel = PathBuf::from(format!(
         "/{top}.slice/{top}-burstable.slice/{top}-burstable-pod{uid_}.slice"
     ));
@@ -301,21 +302,7 @@ fn remove_kills_leftovers_removes_child_cgroups_and_is_idempotent() {
     let host = Host::detect().unwrap();
     let id = format!("cgplacement-rm-{}", &random_hex()[..16]);
     // A single-level cgroupfs path: no parents to clean up besides the container's own.
-    let placement = decide(Some(&format!("/{id}")), &id, None, &host).unwrap();
-    let guard = CgroupGuard {
-        placement: placement.clone(),
-        roots: hierarchy_roots(&host),
-        pod_levels: Vec::new(),
-    };
-    placement.create().unwrap();
-    let mut sleeper = Burner(
-        Command::new("sleep")
-            .arg("30")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawning sleep"),
-    );
-    placement.join_all(sleeper.0.id() as i32).unwrap();
+    let (placement, guard, mut sleeper) = cgroupfs_with_sleeper(&host, &id);
     // A child cgroup below the container's, as a workload may create.
     let inner: Vec<PathBuf> = placement
         .cgroup_dirs()
@@ -341,4 +328,66 @@ fn remove_kills_leftovers_removes_child_cgroups_and_is_idempotent() {
     placement.remove().unwrap();
     assert!(placement.pids().unwrap().is_empty());
     drop(guard);
+}
+
+/// A cgroupsPath naming an existing cgroup with a live process (our own "foreign" cgroup,
+/// made for the test) is refused at claim; nothing kills that process or removes that
+/// cgroup, even if asked to through the unclaimed placement.
+#[test]
+fn a_busy_foreign_cgroup_is_refused_and_left_alone() {
+    require_root();
+    let host = Host::detect().unwrap();
+    let id = format!("cgplacement-busy-{}", &random_hex()[..16]);
+    let (foreign, guard, mut sleeper) = cgroupfs_with_sleeper(&host, &id);
+    let pid = sleeper.0.id() as i32;
+
+    // A second container naming the same cgroup.
+    let mut other = decide(Some(&format!("/{id}")), "other", None, &host).unwrap();
+    let err = other.claim().unwrap_err().to_string();
+    assert!(
+        err.contains("already exists and holds 1 process(es)")
+            && err.contains(&format!("pids {pid}"))
+            && err.contains("does not adopt a cgroup it did not create"),
+        "{err}"
+    );
+    assert!(!other.owned());
+    assert_eq!(other.pids().unwrap(), Vec::<i32>::new());
+    other.remove().unwrap();
+    for dir in foreign.cgroup_dirs() {
+        assert!(dir.is_dir(), "{} was removed", dir.display());
+    }
+    assert!(
+        sleeper.0.try_wait().unwrap().is_none(),
+        "the foreign process was killed"
+    );
+    assert_eq!(foreign.pids().unwrap(), [pid]);
+
+    // An empty existing cgroup may be claimed (as runc reuses one).
+    let _ = sleeper.0.kill();
+    let _ = sleeper.0.wait();
+    let mut reuse = decide(Some(&format!("/{id}")), "reuse", None, &host).unwrap();
+    reuse.claim().unwrap();
+    assert!(reuse.owned());
+    drop(guard);
+}
+
+/// A claimed and created single-level cgroupfs placement `/<id>` with a `sleep` inside.
+fn cgroupfs_with_sleeper(host: &Host, id: &str) -> (Placement, CgroupGuard, Burner) {
+    let mut placement = decide(Some(&format!("/{id}")), id, None, host).unwrap();
+    placement.claim().unwrap();
+    let guard = CgroupGuard {
+        placement: placement.clone(),
+        roots: hierarchy_roots(host),
+        pod_levels: Vec::new(),
+    };
+    placement.create().unwrap();
+    let sleeper = Burner(
+        Command::new("sleep")
+            .arg("30")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawning sleep"),
+    );
+    placement.join_all(sleeper.0.id() as i32).unwrap();
+    (placement, guard, sleeper)
 }

@@ -36,6 +36,8 @@
 //! oci-image-builder inspect a.tar     # verifies every digest, prints index/manifest/config
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod rootfs;
 pub mod spin;
 

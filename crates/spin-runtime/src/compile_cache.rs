@@ -132,6 +132,41 @@ impl CompileCache {
         Ok((component, Outcome::Miss))
     }
 
+    /// Like [`CompileCache::load_or_compile`] for a core module that `convert` turns into a
+    /// component first (wasip1 modules and the preview1 adapter): the entry is keyed by the
+    /// module's own bytes and `form` (e.g. `p1-reactor`), so a hit skips the conversion too.
+    pub fn load_or_compile_converted(
+        &self,
+        engine: &Engine,
+        module: &[u8],
+        form: &str,
+        name: &str,
+        convert: impl FnOnce(&[u8]) -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<(Component, Outcome)> {
+        let path = self.dir.join(format!(
+            "{}-{form}-{}.cwasm",
+            component_digest(module),
+            &engine_key(engine)[..16]
+        ));
+        if path.is_file() {
+            // SAFETY: as in `load_or_compile`: only this code writes entries.
+            match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(c) => return Ok((c, Outcome::Hit)),
+                Err(e) => {
+                    tracing::warn!(component = name, path = %path.display(), "compile cache entry unusable, recompiling: {e:#}")
+                }
+            }
+        }
+        let wasm = convert(module)?;
+        let component = Component::new(engine, &wasm)
+            .map_err(anyhow::Error::from)
+            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?;
+        if let Err(e) = self.store(&path, &component) {
+            tracing::warn!(component = name, dir = %self.dir.display(), "cannot write compile cache: {e:#}");
+        }
+        Ok((component, Outcome::Miss))
+    }
+
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
         let bytes = component.serialize().map_err(anyhow::Error::from)?;
         std::fs::create_dir_all(&self.dir)

@@ -5,14 +5,18 @@
 //! - [`runtime`]: engine, compile cache use, pre-instantiated components.
 //! - [`server`]: the HTTP trigger (Spin headers, built-in endpoints, graceful shutdown).
 //! - [`compile_cache`]: on-disk cache of compiled components (shared with the image loader).
+//! - [`componentize`]: wasip1 core modules made into components with the preview1 adapter.
 //! - [`host`]: host features (variables, key-value, outbound HTTP allow-list).
+//! - [`limits`]: request deadline, HTTP timeouts, connection cap, instance memory cap.
 //!
 //! Entry points: [`run_in_container`] (the shim's Spin executor) and the `spin-serve`
 //! binary (development, tests, benchmarks).
 
 pub mod app;
 pub mod compile_cache;
+pub mod componentize;
 pub mod host;
+pub mod limits;
 pub mod routing;
 pub mod runtime;
 pub mod server;

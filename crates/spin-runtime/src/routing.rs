@@ -9,7 +9,22 @@
 
 use std::sync::Arc;
 
-use crate::app::{HttpTrigger, Route, StaticResponse};
+use spin_app_format::trigger::StaticResponse;
+use spin_app_format::HttpRoute as Route;
+
+/// One HTTP trigger as the router sees it: the app's `[[trigger.http]]` entries that name
+/// a component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTrigger {
+    /// Trigger id (given, or as Spin names them, e.g. `<component>-http-trigger`).
+    pub id: String,
+    /// Where the trigger is reachable.
+    pub route: Route,
+    /// Id of the component that handles the requests (empty for a static response).
+    pub component: String,
+    /// `static_response` (Spin 3.x): served by the host instead of a component.
+    pub static_response: Option<Arc<StaticResponse>>,
+}
 
 /// Prefix reserved for the runtime's built-in endpoints.
 pub const WELL_KNOWN_PREFIX: &str = "/.well-known/spin";
@@ -157,7 +172,7 @@ impl Router {
                 segments,
                 wildcard,
                 component: t.component.clone(),
-                static_response: t.static_response.clone().map(Arc::new),
+                static_response: t.static_response.clone(),
             };
             if let Some(existing) = entries
                 .iter_mut()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use wasmtime::component::{Component as WasmComponent, Linker, ResourceTable};
-use wasmtime::{Engine, Store, StoreLimitsBuilder};
+use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::WasiHttpCtx;
@@ -17,6 +17,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 use crate::app::{App, Component, FileMount};
 use crate::compile_cache::{CompileCache, Outcome};
 use crate::host::{self, HostState};
+use crate::limits::{Limits, MemoryLimiter, EPOCH_TICK};
 use crate::routing::Router;
 use crate::{HostContext, InstanceState};
 
@@ -24,11 +25,28 @@ use crate::{HostContext, InstanceState};
 pub const LISTEN_ENV: &str = "SPIN_HTTP_LISTEN_ADDR";
 /// Default listen address (as Spin in a container).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:80";
-/// Env var: cap on one component instance's linear memory, in bytes.
+/// Env var: cap on one component instance's linear memory, in bytes. Default: half the
+/// container's cgroup memory limit ([`crate::limits::default_instance_memory`]); none when
+/// the container has no memory limit.
 pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
 /// Env var: set to `0` to use on-demand instance allocation instead of the pooling
 /// allocator (for hosts that limit virtual address space).
 pub const POOLING_ENV: &str = "SPIN_SHIM_POOLING";
+
+/// How long a shutting-down app may finish in-flight requests before they are dropped.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pooling allocator capacity of the process: live instances, memories and tables at once
+/// (each request instantiates its component); an instantiation beyond it fails.
+mod pool_limits {
+    pub const COMPONENT_INSTANCES: u32 = 1000;
+    pub const CORE_INSTANCES: u32 = 4000;
+    pub const MEMORIES: u32 = 2000;
+    pub const TABLES: u32 = 4000;
+    pub const MEMORIES_PER_COMPONENT: u32 = 4;
+    pub const TABLES_PER_COMPONENT: u32 = 8;
+    pub const CORE_INSTANCES_PER_COMPONENT: u32 = 50;
+}
 
 /// How to run an app; built from the environment by [`RuntimeConfig::from_env`].
 #[derive(Debug, Clone)]
@@ -37,6 +55,8 @@ pub struct RuntimeConfig {
     pub listen: SocketAddr,
     /// Per-instance memory cap.
     pub max_instance_memory: Option<usize>,
+    /// Request deadline, HTTP timeouts and connection cap.
+    pub limits: Limits,
     /// Compiled-component cache; `None` compiles every start.
     pub compile_cache: Option<CompileCache>,
     /// App directory and environment for host features.
@@ -55,28 +75,41 @@ fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 impl RuntimeConfig {
-    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` and the compile cache
-    /// location from `env`. Bad values are errors naming the variable.
+    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` (default from the
+    /// container's memory limit), the [`Limits`] knobs and the compile cache location from
+    /// `env`. Bad values are errors naming the variable.
     pub fn from_env(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<Self> {
         let listen_text = lookup(env, LISTEN_ENV).unwrap_or(DEFAULT_LISTEN);
         let listen = listen_text.parse().map_err(|e| {
             anyhow!("{LISTEN_ENV}=`{listen_text}` is not an address like 0.0.0.0:80: {e}")
         })?;
         let max_instance_memory = match lookup(env, MAX_MEMORY_ENV) {
-            None | Some("") => None,
+            None | Some("") => {
+                let limit = crate::limits::container_memory_limit();
+                let cap = limit.map(crate::limits::default_instance_memory);
+                if let (Some(limit), Some(cap)) = (limit, cap) {
+                    tracing::info!(
+                        "container memory limit {limit} bytes: each component instance may \
+                         use up to {cap} bytes of linear memory (set {MAX_MEMORY_ENV} to change)"
+                    );
+                }
+                cap
+            }
             Some(v) => Some(v.trim().parse::<usize>().map_err(|e| {
                 anyhow!("{MAX_MEMORY_ENV}=`{v}` must be a number of bytes (e.g. 134217728): {e}")
             })?),
         };
+        let limits = Limits::from_env(|k| lookup(env, k).map(str::to_string))?;
         Ok(RuntimeConfig {
             listen,
             max_instance_memory,
+            limits,
             compile_cache: Some(CompileCache::from_env(env)),
             host: HostContext {
                 app_dir: app_dir.to_path_buf(),
                 env: env.iter().cloned().collect(),
             },
-            drain_timeout: Duration::from_secs(10),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             staging_dir: None,
         })
     }
@@ -84,36 +117,63 @@ impl RuntimeConfig {
 
 static ENGINE: OnceLock<Engine> = OnceLock::new();
 
-/// The process-wide engine (created on first use): async support, pooling allocator
-/// unless `SPIN_SHIM_POOLING=0`.
+/// The process-wide engine (created on first use): async support, epoch interruption with
+/// a ticker thread, pooling allocator unless `SPIN_SHIM_POOLING=0`.
 pub fn engine() -> anyhow::Result<&'static Engine> {
+    engine_with_memory_cap(None)
+}
+
+/// As [`engine`]; the first call creating the engine bounds the pooling allocator's linear
+/// memories by `max_memory` (the container's memory limit: no instance can use more). The
+/// per-instance cap (`SPIN_MAX_INSTANCE_MEMORY`) is enforced per store, so that a request
+/// over it fails alone while components whose initial memory exceeds it still load.
+pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
     let pooling = std::env::var(POOLING_ENV).map(|v| v != "0").unwrap_or(true);
-    let engine = new_engine(pooling).or_else(|e| {
+    let engine = new_engine(pooling, max_memory).or_else(|e| {
         if pooling {
             tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
-            new_engine(false)
+            new_engine(false, max_memory)
         } else {
             Err(e)
         }
     })?;
-    Ok(ENGINE.get_or_init(|| engine))
+    let mut created = false;
+    let engine = ENGINE.get_or_init(|| {
+        created = true;
+        engine
+    });
+    if created {
+        // As Spin's engine: one tick per 10 ms; guests yield at every tick.
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || loop {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            })
+            .context("cannot start the epoch ticker thread")?;
+    }
+    Ok(engine)
 }
 
-fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
+fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
+    config.epoch_interruption(true);
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::default();
-        pool.total_component_instances(1000)
-            .total_core_instances(4000)
-            .total_memories(2000)
-            .total_tables(4000)
-            .max_memories_per_component(4)
-            .max_tables_per_component(8)
-            .max_core_instances_per_component(50);
+        if let Some(max) = max_memory {
+            pool.max_memory_size(max);
+        }
+        pool.total_component_instances(pool_limits::COMPONENT_INSTANCES)
+            .total_core_instances(pool_limits::CORE_INSTANCES)
+            .total_memories(pool_limits::MEMORIES)
+            .total_tables(pool_limits::TABLES)
+            .max_memories_per_component(pool_limits::MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(pool_limits::TABLES_PER_COMPONENT)
+            .max_core_instances_per_component(pool_limits::CORE_INSTANCES_PER_COMPONENT);
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&config)
@@ -150,6 +210,7 @@ pub struct LoadedApp {
     pub(crate) router: Router,
     pub(crate) components: HashMap<String, Arc<PreparedComponent>>,
     max_instance_memory: Option<usize>,
+    pub(crate) limits: Limits,
     /// What loading did.
     pub stats: LoadStats,
     _staging: Vec<StagingDir>,
@@ -169,7 +230,9 @@ impl LoadedApp {
     /// router and the host state. Fails naming the component on a bad source, a missing
     /// import, or a component without a `wasi:http/incoming-handler@0.2.x` export.
     pub fn load(app: App, config: &RuntimeConfig) -> anyhow::Result<LoadedApp> {
-        let engine = engine()?;
+        let engine = engine_with_memory_cap(
+            crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
+        )?;
         let router = Router::build(&app.http_triggers)?;
         let mut linker: Linker<InstanceState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -188,20 +251,8 @@ impl LoadedApp {
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
                 None => {
-                    let (c, outcome) = match &config.compile_cache {
-                        Some(cache) => cache.load_or_compile(engine, &bytes, &component.id)?,
-                        None => (
-                            WasmComponent::new(engine, &bytes)
-                                .map_err(anyhow::Error::from)
-                                .with_context(|| {
-                                    format!(
-                                        "component `{}` is not a valid Wasm component",
-                                        component.id
-                                    )
-                                })?,
-                            Outcome::Miss,
-                        ),
-                    };
+                    let (c, outcome) =
+                        compile(engine, config.compile_cache.as_ref(), &bytes, &component.id)?;
                     match outcome {
                         Outcome::Hit => stats.cache_hits += 1,
                         Outcome::Miss => stats.compiled += 1,
@@ -212,11 +263,10 @@ impl LoadedApp {
             };
             check_exports(engine, &wasm, &component.id)?;
             let pre = linker.instantiate_pre(&wasm).map_err(|e| {
-                anyhow!(
-                    "component `{}` cannot be linked: {e:#}. It imports an interface this \
-                         runtime does not provide (unsupported Spin feature or SDK version)",
-                    component.id
-                )
+                match host::link_error(engine, &wasm, &component.id) {
+                    Some(msg) => anyhow!("{msg}"),
+                    None => anyhow!("component `{}` cannot be linked: {e:#}", component.id),
+                }
             })?;
             let pre = ProxyPre::new(pre).map_err(|e| {
                 anyhow!(
@@ -255,6 +305,7 @@ impl LoadedApp {
             router,
             components,
             max_instance_memory: config.max_instance_memory,
+            limits: config.limits.clone(),
             stats,
             _staging: staging,
         })
@@ -278,25 +329,67 @@ impl LoadedApp {
                     )
                 })?;
         }
-        let mut limits = StoreLimitsBuilder::new();
-        if let Some(max) = self.max_instance_memory {
-            limits = limits.memory_size(max);
-        }
         let state = InstanceState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limits: limits.build(),
+            limits: MemoryLimiter::new(self.max_instance_memory),
             host: component.host.clone(),
         };
         let mut store = Store::new(component.pre.engine(), state);
         store.limiter(|s| &mut s.limits);
+        // A busy guest yields to the executor at every epoch tick, so it never holds a
+        // worker thread; the request deadline is enforced around the call (server.rs).
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| {
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
         Ok(store)
     }
 
     /// The pre-instantiated proxy of a component.
     pub(crate) fn proxy_pre(component: &PreparedComponent) -> &ProxyPre<InstanceState> {
         &component.pre
+    }
+}
+
+/// Compiles (or loads from `cache`) a component, or a wasip1 core module made into one.
+fn compile(
+    engine: &Engine,
+    cache: Option<&CompileCache>,
+    bytes: &[u8],
+    id: &str,
+) -> anyhow::Result<(WasmComponent, Outcome)> {
+    let module = crate::componentize::is_core_module(bytes);
+    if module {
+        tracing::info!(
+            component = id,
+            "core module (wasip1): componentizing with the preview1 adapter"
+        );
+    }
+    match (cache, module) {
+        (Some(cache), false) => cache.load_or_compile(engine, bytes, id),
+        (Some(cache), true) => {
+            cache.load_or_compile_converted(engine, bytes, "p1-reactor", id, |m| {
+                crate::componentize::componentize(m, id)
+            })
+        }
+        (None, _) => {
+            let converted;
+            let wasm = if module {
+                converted = crate::componentize::componentize(bytes, id)?;
+                &converted[..]
+            } else {
+                bytes
+            };
+            let c = WasmComponent::new(engine, wasm)
+                .map_err(anyhow::Error::from)
+                .with_context(|| format!("component `{id}` is not a valid Wasm component"))?;
+            Ok((c, Outcome::Miss))
+        }
     }
 }
 

@@ -98,7 +98,8 @@ async fn handle(
     add_spin_headers(&mut req, &route, client);
     match call_component(&app, &component, req).await {
         Ok(r) => r,
-        Err(e) => {
+        Err(CallError::Deadline) => text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"),
+        Err(CallError::Failed(e)) => {
             tracing::error!(component = %component.id, "request failed: {e:#}");
             text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
         }
@@ -140,44 +141,212 @@ fn add_spin_headers(req: &mut Request<Incoming>, route: &RouteMatch, client: Soc
     }
 }
 
+/// Why a component call gave no response.
+enum CallError {
+    /// The request deadline passed (already logged).
+    Deadline,
+    /// Anything else: a trap, a bad response, an instantiation failure.
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for CallError {
+    fn from(e: anyhow::Error) -> Self {
+        CallError::Failed(e)
+    }
+}
+
+/// What the guest task ended with.
+enum TaskEnd {
+    Done(wasmtime::Result<()>),
+    Deadline,
+}
+
 /// Instantiates the component in a fresh store and calls its incoming handler; the
-/// response streams from the guest task.
+/// response streams from the guest task. The task ends at the request deadline
+/// (`SPIN_SHIM_REQUEST_TIMEOUT`) whether or not the response has started; guest code
+/// yields at every epoch tick, so the deadline also ends a guest that never calls the host.
 async fn call_component(
     app: &LoadedApp,
     component: &crate::runtime::PreparedComponent,
     req: Request<Incoming>,
-) -> anyhow::Result<Response<HyperOutgoingBody>> {
+) -> Result<Response<HyperOutgoingBody>, CallError> {
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
         .data_mut()
         .http()
-        .new_incoming_request(Scheme::Http, req)?;
-    let out = store.data_mut().http().new_response_outparam(sender)?;
+        .new_incoming_request(Scheme::Http, req)
+        .map_err(anyhow::Error::from)?;
+    let out = store
+        .data_mut()
+        .http()
+        .new_response_outparam(sender)
+        .map_err(anyhow::Error::from)?;
     let pre = LoadedApp::proxy_pre(component).clone();
+    let deadline = app.limits.request_timeout;
+    let id = component.id.clone();
     let task = tokio::task::spawn(async move {
-        let proxy = pre.instantiate_async(&mut store).await?;
-        proxy
-            .wasi_http_incoming_handler()
-            .call_handle(&mut store, incoming, out)
-            .await
+        let end = {
+            let run = async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, incoming, out)
+                    .await
+            };
+            match deadline {
+                Some(d) => match tokio::time::timeout(d, run).await {
+                    Ok(r) => TaskEnd::Done(r),
+                    Err(_) => TaskEnd::Deadline,
+                },
+                None => TaskEnd::Done(run.await),
+            }
+        };
+        let limiter = &store.data().limits;
+        match end {
+            TaskEnd::Deadline => {
+                tracing::error!(
+                    component = %id,
+                    "request ended: it ran longer than the request deadline of {:?} \
+                     (set {} to change it, 0 for none); the instance was stopped",
+                    deadline.unwrap_or_default(),
+                    crate::limits::REQUEST_TIMEOUT_ENV
+                );
+                Err(CallError::Deadline)
+            }
+            TaskEnd::Done(Ok(())) => Ok(()),
+            TaskEnd::Done(Err(e)) => {
+                let e = anyhow::Error::from(e);
+                Err(CallError::Failed(
+                    match (limiter.refused(), limiter.max()) {
+                        (Some(wanted), Some(max)) => e.context(format!(
+                            "component `{id}` ran out of memory: it tried to grow a linear memory \
+                         to {wanted} bytes, over the per-instance cap of {max} bytes (set {} \
+                         to change it; by default half the container's memory limit); only \
+                         this request failed",
+                            crate::runtime::MAX_MEMORY_ENV
+                        )),
+                        _ => e,
+                    },
+                ))
+            }
+        }
     });
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(code)) => Err(anyhow!("component returned error {code:?}")),
-        Err(_) => {
-            let e = match task.await {
-                Ok(Ok(())) => anyhow!("component did not set a response"),
-                Ok(Err(e)) => anyhow::Error::from(e),
-                Err(e) => anyhow!(e),
-            };
-            Err(e.context("component trapped before sending a response"))
+        Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
+        Err(_) => match task.await {
+            Ok(Ok(())) => Err(anyhow!("component did not set a response").into()),
+            Ok(Err(CallError::Deadline)) => Err(CallError::Deadline),
+            Ok(Err(CallError::Failed(e))) => Err(CallError::Failed(
+                e.context("component trapped before sending a response"),
+            )),
+            Err(e) => Err(anyhow!(e).into()),
+        },
+    }
+}
+
+/// Per-connection activity, for the idle timeout.
+struct Activity {
+    busy: std::sync::atomic::AtomicUsize,
+    last: std::sync::Mutex<tokio::time::Instant>,
+}
+
+impl Activity {
+    fn last(&self) -> tokio::time::Instant {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+    }
+}
+
+/// Decrements the busy count (and records the time) when a request's handler returns or is
+/// dropped.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(a: &Arc<Activity>) -> Busy {
+        a.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(a.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Serves one accepted connection until it ends, is idle for `idle`, or `stop` fires
+/// (then it finishes its current request and closes).
+async fn serve_connection(
+    app: Arc<LoadedApp>,
+    stream: tokio::net::TcpStream,
+    client: SocketAddr,
+    local: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let limits = app.limits.clone();
+    let activity = Arc::new(Activity {
+        busy: Default::default(),
+        last: std::sync::Mutex::new(tokio::time::Instant::now()),
+    });
+    let service_activity = activity.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let app = app.clone();
+        let busy = Busy::new(&service_activity);
+        async move {
+            let r = handle(app, req, client, local).await;
+            drop(busy);
+            Ok::<_, std::convert::Infallible>(r)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    loop {
+        let idle_check = match limits.idle_timeout {
+            Some(idle) => activity.last() + idle,
+            None => tokio::time::Instant::now() + Duration::from_secs(86400),
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%client, "connection error: {e}");
+                }
+                return;
+            }
+            _ = stop.changed() => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+                return;
+            }
+            _ = tokio::time::sleep_until(idle_check), if limits.idle_timeout.is_some() => {
+                let idle = limits.idle_timeout.unwrap_or_default();
+                let quiet = activity.busy.load(std::sync::atomic::Ordering::SeqCst) == 0;
+                if quiet && activity.last() + idle <= tokio::time::Instant::now() {
+                    tracing::debug!(%client, "closing connection idle for {idle:?}");
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                    return;
+                }
+            }
         }
     }
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then stops accepting and
-/// waits up to `drain` for in-flight requests. Returns when all connections are done or
+/// waits up to `drain` for in-flight requests. At most `max_connections` connections are
+/// served at once (the rest wait in the listen backlog); each closes after its idle or
+/// header-read timeout ([`crate::limits::Limits`]). Returns when all connections are done or
 /// the bound passed (those left are dropped).
 pub async fn serve(
     app: Arc<LoadedApp>,
@@ -188,8 +357,27 @@ pub async fn serve(
     let local = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
+    let max = app.limits.max_connections;
+    let slots = Arc::new(tokio::sync::Semaphore::new(max));
     tokio::pin!(shutdown);
     loop {
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::warn!(
+                    "connection limit of {max} reached ({}): new connections wait until one \
+                     closes",
+                    crate::limits::MAX_CONNECTIONS_ENV
+                );
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => {
@@ -203,29 +391,10 @@ pub async fn serve(
                 };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
-                let mut stop = stop_rx.clone();
+                let stop = stop_rx.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let app = app.clone();
-                        async move {
-                            Ok::<_, std::convert::Infallible>(handle(app, req, client, local).await)
-                        }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service);
-                    tokio::pin!(conn);
-                    tokio::select! {
-                        r = conn.as_mut() => {
-                            if let Err(e) = r {
-                                tracing::debug!(%client, "connection error: {e}");
-                            }
-                        }
-                        _ = stop.changed() => {
-                            conn.as_mut().graceful_shutdown();
-                            let _ = conn.await;
-                        }
-                    }
+                    serve_connection(app, stream, client, local, stop).await;
+                    drop(permit);
                 });
                 // Reap finished connection tasks so the set does not grow.
                 while connections.try_join_next().is_some() {}

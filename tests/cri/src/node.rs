@@ -107,6 +107,7 @@ impl Node {
                      [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"{c}/bin\"\n  conf_dir = \"{c}/conf\"\n"
                 ),
                 extra: runtimes,
+                ..Default::default()
             },
             // 2.x splits the CRI plugin: runtime settings, images (the pinned sandbox image)
             // and the server (streaming).
@@ -118,6 +119,7 @@ impl Node {
                      [plugins.\"io.containerd.grpc.v1.cri\"]\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n\
                      {runtimes}"
                 ),
+                ..Default::default()
             },
         };
         let containerd = Containerd::start_with(version, mode_for(layout), &config)?;

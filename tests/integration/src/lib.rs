@@ -78,6 +78,9 @@ pub struct ContainerdConfig {
     /// TOML appended at the end of the config (e.g. runtime tables such as
     /// `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.spin]`).
     pub extra: String,
+    /// Environment for containerd, and so for the shims it starts (e.g.
+    /// `SPIN_SHIM_STATE_DIR` for a private state dir).
+    pub env: Vec<(String, String)>,
 }
 
 /// Root of the cargo workspace.
@@ -336,6 +339,7 @@ state = "{state}"
         };
         let child = cmd
             .env("PATH", path)
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -1,19 +1,25 @@
-//! The in-memory Spin application model.
+//! The in-memory Spin application model the runtime serves.
 //!
-//! Both sources of an app produce the same [`App`]: a `spin.toml` manifest v2
-//! ([`App::load_manifest`]) and the locked-app JSON that Spin OCI artifacts carry
-//! ([`App::from_locked_json`]).
+//! Both sources of an app go through the app format crate ([`spin_app_format`]): a
+//! `spin.toml` manifest is locked by it ([`App::load_manifest`]) and a locked-app JSON
+//! (from a Spin OCI artifact or `spin up`) is parsed by it ([`App::from_locked_json`]);
+//! [`App::from_locked`] turns the lock into this model, refusing what the runtime cannot run.
 
 mod locked;
-mod manifest;
 mod retain;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use locked::{ContentRef, ContentResolver, FileUrlResolver};
+pub use crate::routing::HttpTrigger;
+pub use locked::{ContentResolver, FileUrlResolver};
 pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
+pub use spin_app_format::trigger::StaticResponse;
+pub use spin_app_format::manifest::template_references;
+pub use spin_app_format::ContentRef;
+/// The route of an HTTP trigger (the app format's `HttpRoute`).
+pub use spin_app_format::HttpRoute as Route;
 
 /// A Spin application: metadata, variables, HTTP triggers and components.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,52 +54,6 @@ impl Variable {
     pub fn is_required(&self) -> bool {
         self.default.is_none()
     }
-}
-
-/// One `[[trigger.http]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpTrigger {
-    /// Trigger id (given, or `<component>-http-trigger` as Spin names them).
-    pub id: String,
-    /// Where the trigger is reachable.
-    pub route: Route,
-    /// Id of the component that handles the requests (empty for a static response).
-    pub component: String,
-    /// `static_response` (Spin 3.x): served by the host instead of a component.
-    pub static_response: Option<StaticResponse>,
-}
-
-/// A trigger's `static_response` table, as Spin's `spin_http::config::StaticResponse`:
-/// status (default 200), headers, optional body.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StaticResponse {
-    /// `status_code`; `None` means 200.
-    #[serde(default)]
-    pub status_code: Option<u16>,
-    /// `headers`, name to value.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// `body`, if any.
-    #[serde(default)]
-    pub body: Option<String>,
-}
-
-impl StaticResponse {
-    /// The status to answer with.
-    pub fn status(&self) -> u16 {
-        self.status_code.unwrap_or(200)
-    }
-}
-
-/// The route of an HTTP trigger.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// A public route such as `/hello`, `/users/:id` or `/static/...`, as written.
-    Path(String),
-    /// `route = { private = true }`: reachable only by internal service chaining, never
-    /// from outside.
-    Private,
 }
 
 /// Bytes of a component or a file: a path on this host or content held in memory.
@@ -163,10 +123,8 @@ pub struct Component {
     pub id: String,
     /// The Wasm component.
     pub source: Content,
-    /// Files visible to the component, `exclude_files` already applied.
+    /// Files visible to the component (`exclude_files` was applied when the app was locked).
     pub files: Vec<FileMount>,
-    /// `exclude_files` patterns as written (already applied to `files`).
-    pub exclude_files: Vec<String>,
     /// Environment variables of the guest.
     pub environment: BTreeMap<String, String>,
     /// Outbound network allow-list (`allowed_outbound_hosts`, old `allowed_http_hosts`
@@ -176,30 +134,48 @@ pub struct Component {
     pub key_value_stores: Vec<String>,
     /// SQLite database labels the component may open.
     pub sqlite_databases: Vec<String>,
+    /// LLM models the component may use (`ai_models`).
+    pub ai_models: Vec<String>,
     /// Component variables: templates such as `"{{ redis_address }}"`.
     pub variables: BTreeMap<String, String>,
 }
 
 impl App {
-    /// Loads a `spin.toml` manifest (version 2). Relative paths resolve against the
-    /// manifest's directory; file globs are expanded now.
+    /// Loads a `spin.toml` manifest (version 2), or the one in a directory. Relative
+    /// paths resolve against the manifest's directory; file globs are expanded now.
     ///
     /// Errors name the file, the key and the reason.
     pub fn load_manifest(path: &Path) -> anyhow::Result<App> {
-        manifest::load(path)
+        let local = spin_app_format::manifest::load(path)?;
+        let origin = path.display().to_string();
+        locked::convert(local.locked, &FileUrlResolver, &origin)
     }
 
     /// Parses a manifest from text; `base_dir` is where relative paths resolve and
     /// `origin` names the source in error messages.
     pub fn from_manifest_str(text: &str, base_dir: &Path, origin: &str) -> anyhow::Result<App> {
-        manifest::parse(text, base_dir, origin)
+        let base = base_dir
+            .canonicalize()
+            .map_err(|e| anyhow::anyhow!("{origin}: app directory {}: {e}", base_dir.display()))?;
+        let local = spin_app_format::manifest::parse(text, &base, origin)?;
+        locked::convert(local.locked, &FileUrlResolver, origin)
     }
 
     /// Parses the locked-app JSON of a Spin OCI artifact (or of `spin up`). Content
     /// referenced by digest or by `file://` URL is obtained through `resolver`; inline
     /// content is decoded here.
     pub fn from_locked_json(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Result<App> {
-        locked::parse(bytes, resolver)
+        let lock = spin_app_format::LockedApp::from_json(bytes)
+            .map_err(|e| anyhow::anyhow!("locked app: {e:#}"))?;
+        Self::from_locked(lock, resolver)
+    }
+
+    /// Turns a parsed lock into the app model, resolving content through `resolver`.
+    pub fn from_locked(
+        lock: spin_app_format::LockedApp,
+        resolver: &dyn ContentResolver,
+    ) -> anyhow::Result<App> {
+        locked::convert(lock, resolver, "locked app")
     }
 
     /// The component with this id.
@@ -212,7 +188,7 @@ impl App {
     /// well-formed.
     pub(crate) fn validate(&self, origin: &str) -> anyhow::Result<()> {
         for name in self.variables.keys() {
-            validate_variable_name(name)
+            spin_app_format::manifest::validate_id(name, '_', true)
                 .map_err(|e| anyhow::anyhow!("{origin}: key `variables.{name}`: {e}"))?;
         }
         for trigger in &self.http_triggers {
@@ -245,7 +221,7 @@ impl App {
         }
         for component in self.components.values() {
             for (key, template) in &component.variables {
-                validate_variable_name(key).map_err(|e| {
+                spin_app_format::manifest::validate_id(key, '_', true).map_err(|e| {
                     anyhow::anyhow!(
                         "{origin}: key `component.{}.variables.{key}`: {e}",
                         component.id
@@ -270,37 +246,4 @@ impl App {
         }
         Ok(())
     }
-}
-
-/// Spin variable names: lower-case ASCII letters, digits and `_`, starting with a letter.
-fn validate_variable_name(name: &str) -> Result<(), String> {
-    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid variable name `{name}`: use lower-case letters, digits and `_`, \
-             starting with a letter"
-        ))
-    }
-}
-
-/// The variable names referenced by `{{ name }}` placeholders in a template.
-pub fn template_references(template: &str) -> Result<Vec<String>, String> {
-    let mut refs = Vec::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let end = after
-            .find("}}")
-            .ok_or_else(|| format!("unclosed `{{{{` in template `{template}`"))?;
-        let name = after[..end].trim();
-        validate_variable_name(name)?;
-        refs.push(name.to_string());
-        rest = &after[end + 2..];
-    }
-    Ok(refs)
 }

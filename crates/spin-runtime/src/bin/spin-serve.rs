@@ -5,6 +5,10 @@
 //!
 //! Prints `spin-serve: listening on http://ADDR` on stdout once the port is bound (with
 //! `--listen 127.0.0.1:0` a free port is chosen). SIGTERM/SIGINT drain and exit 0.
+//!
+//! Like `spin up`, a `.env` file in the app directory supplies `SPIN_VARIABLE_<NAME>` values
+//! that the process environment does not set (Spin's env variables provider falls back to
+//! its dotenv file for exactly those keys; the environment wins).
 
 use std::path::PathBuf;
 
@@ -62,6 +66,9 @@ fn run(source: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32
         (app, dir)
     };
     let app_dir = app_dir.as_path();
+    let mut env = env.to_vec();
+    env.extend(dotenv_variables(app_dir, &env)?);
+    let env = env.as_slice();
     let config = spin_runtime::RuntimeConfig::from_env(app_dir, env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -82,4 +89,27 @@ fn run(source: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32
         .await
     })?;
     Ok(0)
+}
+
+/// The `SPIN_VARIABLE_*` entries of `app_dir/.env` not already in `env` (none if there is no
+/// `.env`). A malformed file is an error naming it and the line.
+fn dotenv_variables(
+    app_dir: &std::path::Path,
+    env: &[(String, String)],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let path = app_dir.join(".env");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let prefix = spin_runtime::host::variables::SPIN_VARIABLE_PREFIX;
+    let mut out = Vec::new();
+    let iter = dotenvy::from_path_iter(&path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    for item in iter {
+        let (key, value) = item.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        if key.starts_with(prefix) && !env.iter().any(|(k, _)| *k == key) {
+            out.push((key, value));
+        }
+    }
+    Ok(out)
 }

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the built guest `.wasm` files are: `GUEST_APPS_DIR`, else the guest workspace's
 /// target dir.
@@ -16,6 +16,11 @@ pub fn guest_apps_dir() -> PathBuf {
         Ok(d) if !d.is_empty() => PathBuf::from(d),
         _ => workspace_root().join("tests/apps/target/wasm32-wasip2/release"),
     }
+}
+
+/// Where the wasip1 core modules are: beside [`guest_apps_dir`]'s `wasm32-wasip2`.
+pub fn guest_apps_dir_p1() -> PathBuf {
+    guest_apps_dir().join("../../wasm32-wasip1/release")
 }
 
 /// The repository root.
@@ -64,7 +69,10 @@ pub fn prepare_app(app: &str) -> tempfile::TempDir {
     }
     let manifest = std::fs::read_to_string(src.join("spin.toml")).unwrap();
     let wasm_dir = format!("{}/", guest_apps_dir().display());
-    let manifest = manifest.replace("../target/wasm32-wasip2/release/", &wasm_dir);
+    let p1_dir = format!("{}/", guest_apps_dir_p1().display());
+    let manifest = manifest
+        .replace("../target/wasm32-wasip2/release/", &wasm_dir)
+        .replace("../target/wasm32-wasip1/release/", &p1_dir);
     std::fs::write(dir.path().join("spin.toml"), manifest).unwrap();
     dir
 }
@@ -104,9 +112,37 @@ impl Server {
         extra_env: &[(&str, &str)],
         cache_dir: &Path,
     ) -> Server {
+        Self::start_full(app_dir, extra_env, cache_dir, None)
+    }
+
+    /// As [`Server::start`], the process joining the cgroup whose `cgroup.procs` file is
+    /// given before it execs `spin-serve`.
+    pub fn start_in_cgroup(app_dir: &Path, extra_env: &[(&str, &str)], procs: &Path) -> Server {
+        let cache_dir = tempfile::tempdir().unwrap();
+        let mut s = Self::start_full(app_dir, extra_env, cache_dir.path(), Some(procs));
+        s.own_cache = Some(cache_dir);
+        s
+    }
+
+    fn start_full(
+        app_dir: &Path,
+        extra_env: &[(&str, &str)],
+        cache_dir: &Path,
+        cgroup_procs: Option<&Path>,
+    ) -> Server {
         // Staged files go to a dir this server owns, so nothing outlives the test.
         let tmp_dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+        let bin = env!("CARGO_BIN_EXE_spin-serve");
+        let mut cmd = match cgroup_procs {
+            None => Command::new(bin),
+            Some(procs) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                    .arg(procs)
+                    .arg(bin);
+                c
+            }
+        };
         cmd.env("TMPDIR", tmp_dir.path());
         cmd.arg(app_dir)
             .args(["--listen", "127.0.0.1:0"])
@@ -291,4 +327,54 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[size + 2..];
     }
     out
+}
+
+/// Runs `spin-serve` expecting it to fail at start; returns its stderr.
+pub fn start_failure(app_dir: &Path, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+    cmd.arg(app_dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let cache = tempfile::tempdir().unwrap();
+    cmd.env("SPIN_SHIM_COMPILE_CACHE_DIR", cache.path());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn spin-serve");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spin-serve did not exit although its start should fail");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "spin-serve started; stderr:\n{stderr}");
+    stderr
+}
+
+/// The server's stderr once it contains `needle` (its reader thread may lag behind the
+/// HTTP response); after 10 s, whatever it holds.
+pub fn log_with(server: &Server, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = server.stderr.lock().unwrap().clone();
+        if log.contains(needle) || Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

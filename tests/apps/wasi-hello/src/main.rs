@@ -38,10 +38,13 @@ fn main() {
     let cmd = args.get(1).map(String::as_str).unwrap_or("");
     match cmd {
         "exit" => {
-            let code = args.get(2).and_then(|s| s.parse::<i32>().ok()).unwrap_or_else(|| {
-                eprintln!("wasi-hello: `exit` needs a status, e.g. `exit 3`");
-                std::process::exit(2);
-            });
+            let code = args
+                .get(2)
+                .and_then(|s| s.parse::<i32>().ok())
+                .unwrap_or_else(|| {
+                    eprintln!("wasi-hello: `exit` needs a status, e.g. `exit 3`");
+                    std::process::exit(2);
+                });
             std::process::exit(code);
         }
         "trap" => {
@@ -64,7 +67,9 @@ fn main() {
             let mut x: u64 = 1;
             while Instant::now() < end {
                 for _ in 0..100_000 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                 }
                 std::hint::black_box(x);
             }

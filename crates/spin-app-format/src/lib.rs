@@ -1,0 +1,22 @@
+//! The Spin application format, with no runtime attached: `spin.toml` version 2 in
+//! ([`manifest`]), the locked app in and out ([`locked`]), typed trigger configuration
+//! ([`trigger`]) and the `allowed_http_hosts` conversion ([`hosts`]).
+//!
+//! Everything here is written from Spin's own definitions (the `spin-manifest`,
+//! `spin-locked-app`, `spin-loader`, `spin-http` and `spin-oci` crates), so a lock this crate
+//! writes is one Spin reads, and a lock Spin writes (from `spin up` or `spin registry push`)
+//! is one this crate reads. The Spin runtime, the shim and the OCI image builder all go
+//! through it.
+
+#![warn(missing_docs)]
+
+pub mod hosts;
+pub mod locked;
+pub mod manifest;
+mod ordered;
+pub mod trigger;
+
+pub use locked::{ContentPath, ContentRef, LockedApp, LockedComponent, LockedTrigger};
+pub use manifest::{LocalApp, LocalFile};
+pub use ordered::OrderedMap;
+pub use trigger::{HttpExecutor, HttpRoute, HttpTriggerConfig, TriggerConfig};

@@ -1,0 +1,199 @@
+//! The Spin engine of the shim ([`SpinEngine`]), everything Spin-specific on the shim side:
+//! - [`artifact`]: Spin OCI artifacts (locked-app, archive and `application/wasm` layers)
+//!   materialised from containerd's content store into the rootfs under
+//!   [`artifact::APP_DIR`];
+//! - [`cache_mount`]: the node-wide compiled-component cache bind-mounted into Spin
+//!   containers;
+//! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
+//!
+//! A container is Spin's when its command is `/` and its rootfs holds `/spin.toml` or the
+//! image is a Spin OCI artifact (config architecture `wasm`).
+
+#![warn(missing_docs)]
+
+pub mod artifact;
+pub mod cache_mount;
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use spin_runtime::app::{Content, ContentRef};
+use spin_runtime::App;
+use wasm_shim_core::engine::{Engine, Entrypoint, Prepare};
+
+use artifact::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
+
+/// The engine name: runtime `io.containerd.spin.v2`.
+pub const NAME: &str = "spin";
+
+/// Runs Spin apps (see the crate docs).
+pub struct SpinEngine;
+
+#[async_trait]
+impl Engine for SpinEngine {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn layer_media_types(&self) -> &'static [&'static str] {
+        &[
+            artifact::MEDIA_TYPE_LOCKED_APP,
+            artifact::MEDIA_TYPE_ARCHIVE_LAYER,
+            artifact::MEDIA_TYPE_WASM,
+        ]
+    }
+
+    fn can_handle(&self, entry: &Entrypoint) -> Result<bool, String> {
+        if entry.args.first().map(String::as_str) != Some("/") {
+            return Ok(false);
+        }
+        let root = entry.root;
+        if root.join("spin.toml").is_file() || root.join(APP_DIR).join(LOCKED_FILE).is_file() {
+            return Ok(true);
+        }
+        Err(format!(
+            "entrypoint `/` needs a Spin manifest at /spin.toml in the container image or a Spin OCI artifact image (config architecture `wasm`), found neither under {}",
+            root.display()
+        ))
+    }
+
+    /// For command `/`: materialises a Spin OCI artifact from containerd's content store
+    /// into the rootfs (if the rootfs has no `/spin.toml`) and attaches the shared compile
+    /// cache. Other containers are left alone.
+    async fn prepare(&self, p: &mut Prepare<'_>) -> anyhow::Result<()> {
+        let args = p.args();
+        if args.len() != 1 || args[0] != "/" {
+            return Ok(());
+        }
+        let id = p.id;
+        if artifact::wants_artifact(&args, p.rootfs) {
+            anyhow::ensure!(
+                !p.containerd_address.is_empty(),
+                "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
+            );
+            match artifact::materialise(p.containerd_address, p.namespace, id, p.rootfs).await? {
+                Some(m) => tracing::info!(
+                    id,
+                    image = %m.image,
+                    manifest = %m.manifest_digest,
+                    "Spin artifact materialised from the content store"
+                ),
+                None => tracing::debug!(id, "image is not a Wasm artifact"),
+            }
+        }
+        let dir = cache_mount::attach(p.spec)?;
+        tracing::debug!(id, dir = %dir.display(), "compile cache attached");
+        Ok(())
+    }
+
+    /// Runs the app; the Spin runtime installs its own SIGTERM/SIGINT handling (graceful
+    /// drain, exit 0).
+    fn run(&self, entry: &Entrypoint) -> i32 {
+        match run_spin(entry.root, entry.env) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                1
+            }
+        }
+    }
+}
+
+/// The artifact the shim materialised under `app_dir/.spin-app` (locked app, content by
+/// digest), or None if there is none.
+fn load_artifact(app_dir: &Path) -> anyhow::Result<Option<App>> {
+    let artifact = app_dir.join(APP_DIR);
+    let locked = artifact.join(LOCKED_FILE);
+    if !locked.is_file() {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(&locked)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", locked.display()))?;
+    let resolve = |c: &ContentRef| -> anyhow::Result<Content> {
+        match &c.digest {
+            Some(d) => Ok(Content::Path(blob_path(&artifact, d)?)),
+            None => anyhow::bail!(
+                "content {:?} of the locked app has no digest (artifacts reference content by digest)",
+                c.source
+            ),
+        }
+    };
+    let mut app = App::from_locked_json(&bytes, &resolve)?;
+    app.oci_image_digest = std::fs::read_to_string(artifact.join(DIGEST_FILE))
+        .ok()
+        .map(|d| d.trim().to_string());
+    Ok(Some(app))
+}
+
+/// Runs the Spin app in the container: the materialised artifact if present, else
+/// `/spin.toml`.
+fn run_spin(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+    spin_runtime::init_tracing(env);
+    match load_artifact(app_dir)? {
+        Some(app) => spin_runtime::run_app(app, app_dir, env),
+        None => spin_runtime::run_in_container(app_dir, env),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use artifact::{single_component_lock, BLOBS_DIR};
+    use sha2::Digest;
+
+    #[test]
+    fn claims_command_root_with_a_manifest() {
+        let d = tempfile::tempdir().unwrap();
+        let (args, env) = (vec!["/".to_string()], Vec::new());
+        let entry = Entrypoint {
+            args: &args,
+            env: &env,
+            cwd: Path::new("/"),
+            root: d.path(),
+        };
+        let e = SpinEngine.can_handle(&entry).unwrap_err();
+        assert!(e.contains("spin.toml"), "{e}");
+        std::fs::write(d.path().join("spin.toml"), b"spin_manifest_version = 2").unwrap();
+        assert_eq!(SpinEngine.can_handle(&entry), Ok(true));
+        let other = vec!["/app.wasm".to_string()];
+        let entry = Entrypoint {
+            args: &other,
+            ..entry
+        };
+        assert_eq!(SpinEngine.can_handle(&entry), Ok(false));
+    }
+
+    #[test]
+    fn single_layer_form_serves_the_component_at_root() {
+        let d = tempfile::tempdir().unwrap();
+        let wasm = b"\0asm\x0d\0\x01\0".to_vec();
+        let hex = hex::encode(sha2::Sha256::digest(&wasm));
+        let app = d.path().join(APP_DIR);
+        std::fs::create_dir_all(app.join(BLOBS_DIR)).unwrap();
+        std::fs::write(app.join(BLOBS_DIR).join(&hex), &wasm).unwrap();
+        std::fs::write(app.join(DIGEST_FILE), "sha256:abc\n").unwrap();
+        let digest = format!("sha256:{hex}");
+        std::fs::write(
+            app.join(LOCKED_FILE),
+            single_component_lock("x:wasm", &digest),
+        )
+        .unwrap();
+        let loaded = load_artifact(d.path()).unwrap().expect("artifact");
+        assert_eq!(loaded.oci_image_digest.as_deref(), Some("sha256:abc"));
+        let c = loaded.component("main").expect("component main");
+        assert_eq!(c.source.read().unwrap().as_ref(), &wasm[..]);
+        let t = &loaded.http_triggers;
+        assert!(
+            t.len() == 1
+                && t[0].component == "main"
+                && t[0].route == spin_runtime::app::Route::Path("/...".into()),
+            "{t:?}"
+        );
+        // A lock naming content that is not materialised fails naming the digest.
+        std::fs::remove_file(app.join(BLOBS_DIR).join(&hex)).unwrap();
+        let e = format!("{:#}", load_artifact(d.path()).unwrap_err());
+        assert!(e.contains(&digest), "{e}");
+        // No artifact: the caller falls back to /spin.toml.
+        assert!(load_artifact(&d.path().join("none")).unwrap().is_none());
+    }
+}

@@ -1,0 +1,348 @@
+//! Guest isolation limits: the per-request deadline, the HTTP trigger's timeouts and
+//! connection cap, and the per-instance memory cap with its default derived from the
+//! container's cgroup memory limit.
+//!
+//! Every figure has an environment knob; [`Limits::from_env`] reads them and names the
+//! variable in every error.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+/// Env var: how long one request may run (guest code and host calls) before it is ended
+/// with 504. A duration (`60`, `60s`, `1500ms`, `2m`); `0` disables the deadline.
+pub const REQUEST_TIMEOUT_ENV: &str = "SPIN_SHIM_REQUEST_TIMEOUT";
+/// Default request deadline: the default `proxy-read-timeout` of ingress-nginx (60 s), the
+/// usual proxy in front of a Kubernetes service; a request running longer has already
+/// been answered with 504 by such a proxy.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Env var: how long a client may take to send a complete request head (slowloris
+/// bound). A duration; `0` disables it.
+pub const HEADER_READ_TIMEOUT_ENV: &str = "SPIN_SHIM_HEADER_READ_TIMEOUT";
+/// Default header-read timeout: hyper's own default once a timer is set (30 s).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Env var: how long a keep-alive connection may sit idle between requests before it is
+/// closed. A duration; `0` disables it.
+pub const IDLE_TIMEOUT_ENV: &str = "SPIN_SHIM_IDLE_TIMEOUT";
+/// Default idle timeout. hyper starts its header-read timer as soon as it waits for the
+/// next request on a kept-alive connection, so idle time is bounded by the header-read
+/// timeout too; the idle default matches it (30 s) and the knob only shortens it.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Env var: most connections served at once; further clients wait in the listen backlog
+/// until one closes.
+pub const MAX_CONNECTIONS_ENV: &str = "SPIN_SHIM_MAX_CONNECTIONS";
+/// File descriptors kept back from the connection cap for the runtime's own use (app files,
+/// key-value databases, outbound connections, the compile cache).
+pub const RESERVED_FDS: u64 = 64;
+/// Upper bound of the default connection cap.
+pub const MAX_DEFAULT_CONNECTIONS: usize = 4096;
+
+/// Epoch tick: guest code yields to the async executor at least this often (Spin's
+/// `DEFAULT_EPOCH_TICK_INTERVAL`, 10 ms).
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The request and connection limits of the HTTP trigger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Per-request deadline; `None` = none.
+    pub request_timeout: Option<Duration>,
+    /// Request head read timeout; `None` = none.
+    pub header_read_timeout: Option<Duration>,
+    /// Keep-alive idle timeout; `None` = none.
+    pub idle_timeout: Option<Duration>,
+    /// Connection cap.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    /// The defaults, with the connection cap derived from this process's file limit.
+    fn default() -> Self {
+        Limits {
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            header_read_timeout: Some(DEFAULT_HEADER_READ_TIMEOUT),
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+impl Limits {
+    /// Reads the knobs from `env` (absent or empty = default).
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Limits> {
+        let d = Limits::default();
+        let duration = |var: &str, default: Option<Duration>| match lookup(var) {
+            None => Ok(default),
+            Some(v) if v.trim().is_empty() => Ok(default),
+            Some(v) => parse_duration(var, &v),
+        };
+        let max_connections = match lookup(MAX_CONNECTIONS_ENV) {
+            Some(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(anyhow!(
+                        "{MAX_CONNECTIONS_ENV}=`{v}` must be a number of connections above 0 \
+                         (e.g. 1000)"
+                    ))
+                }
+            },
+            _ => d.max_connections,
+        };
+        Ok(Limits {
+            request_timeout: duration(REQUEST_TIMEOUT_ENV, d.request_timeout)?,
+            header_read_timeout: duration(HEADER_READ_TIMEOUT_ENV, d.header_read_timeout)?,
+            idle_timeout: duration(IDLE_TIMEOUT_ENV, d.idle_timeout)?,
+            max_connections,
+        })
+    }
+}
+
+/// Parses `60`, `60s`, `1500ms` or `2m`; `0` means "off" (`None`).
+pub fn parse_duration(var: &str, text: &str) -> anyhow::Result<Option<Duration>> {
+    let t = text.trim();
+    let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60_000)
+    } else {
+        (t, 1000)
+    };
+    let n: u64 = number.trim().parse().map_err(|_| {
+        anyhow!("{var}=`{text}` is not a duration: use seconds (`30`, `30s`), `500ms` or `2m`; `0` turns it off")
+    })?;
+    Ok((n > 0).then(|| Duration::from_millis(n.saturating_mul(unit_ms))))
+}
+
+/// The default connection cap: the soft `RLIMIT_NOFILE` minus [`RESERVED_FDS`], between 16
+/// and [`MAX_DEFAULT_CONNECTIONS`]. Beyond the file limit `accept` fails anyway; the
+/// reserve keeps the app's own files and outbound requests working at the cap.
+pub fn default_max_connections() -> usize {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 {
+        rl.rlim_cur
+    } else {
+        1024
+    };
+    soft.saturating_sub(RESERVED_FDS)
+        .clamp(16, MAX_DEFAULT_CONNECTIONS as u64) as usize
+}
+
+/// v1 `memory.limit_in_bytes` at or above this is "no limit" (the kernel reports
+/// `PAGE_COUNTER_MAX` pages, 0x7FFFFFFFFFFFF000 on x86_64).
+const V1_UNLIMITED: u64 = 1 << 62;
+
+/// The memory limit of the cgroup this process runs in: the smallest `memory.max` (v2) or
+/// `memory.limit_in_bytes` (v1) of its cgroup and the cgroup's ancestors, found through
+/// `/proc/self/cgroup` under `/sys/fs/cgroup`. `None` when no limit is set or none can be
+/// read.
+pub fn container_memory_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    memory_limit_from(&text, Path::new("/sys/fs/cgroup"))
+}
+
+/// As [`container_memory_limit`] for a given `/proc/self/cgroup` text and cgroup root.
+///
+/// Inside a container with its own cgroup namespace the path is `/` and the root itself is
+/// the container's cgroup; both cases are read.
+pub fn memory_limit_from(proc_self_cgroup: &str, root: &Path) -> Option<u64> {
+    let mut best: Option<u64> = None;
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (mount, file) = if id == "0" && controllers.is_empty() {
+            // The unified hierarchy: at the root on v2 hosts, at `unified/` on hybrid ones.
+            (root.to_path_buf(), "memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (root.join("memory"), "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        let mut mounts = vec![mount.clone()];
+        if file == "memory.max" {
+            mounts.push(root.join("unified"));
+        }
+        for mount in mounts {
+            for dir in ancestors(&mount, path) {
+                if let Some(limit) = read_limit(&dir.join(file)) {
+                    best = Some(best.map_or(limit, |b| b.min(limit)));
+                }
+            }
+        }
+    }
+    best
+}
+
+/// `mount/<path>` and each of its parents up to `mount` itself.
+fn ancestors(mount: &Path, cgroup_path: &str) -> Vec<PathBuf> {
+    let rel = cgroup_path.trim_start_matches('/');
+    let mut out = Vec::new();
+    let mut dir = mount.join(rel);
+    loop {
+        out.push(dir.clone());
+        if dir == mount || !dir.pop() || !dir.starts_with(mount) {
+            break;
+        }
+    }
+    out
+}
+
+fn read_limit(file: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let v = text.trim();
+    if v == "max" {
+        return None;
+    }
+    let n: u64 = v.parse().ok()?;
+    (n < V1_UNLIMITED).then_some(n)
+}
+
+/// The default per-instance memory cap for a container memory limit: half of it, at most
+/// 4 GiB (the wasm32 address space). The other half is for the runtime itself (measured
+/// container RSS 19-34 MiB for the hello and cpu apps, docs/benchmarks.md) and the
+/// instances' non-linear memory, so that at a 128 MiB pod limit one instance growing to its
+/// cap still leaves 64 MiB, twice the runtime's measured need.
+pub fn default_instance_memory(container_limit: u64) -> usize {
+    (container_limit / 2).min(4 << 30) as usize
+}
+
+/// The store limiter: caps linear memory growth and remembers the first growth it refused,
+/// so the request's failure can say so.
+#[derive(Debug, Default)]
+pub struct MemoryLimiter {
+    max: Option<usize>,
+    refused: Option<usize>,
+}
+
+impl MemoryLimiter {
+    /// A limiter capping each linear memory at `max` bytes (`None` = no cap).
+    pub fn new(max: Option<usize>) -> Self {
+        MemoryLimiter { max, refused: None }
+    }
+
+    /// The size a refused growth asked for, if one was refused.
+    pub fn refused(&self) -> Option<usize> {
+        self.refused
+    }
+
+    /// The cap, if any.
+    pub fn max(&self) -> Option<usize> {
+        self.max
+    }
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if let Some(max) = self.max {
+            if desired > max {
+                self.refused.get_or_insert(desired);
+                return Ok(false);
+            }
+        }
+        Ok(maximum.is_none_or(|m| desired <= m))
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(maximum.is_none_or(|m| desired <= m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let p = |t| parse_duration("X", t).unwrap();
+        assert_eq!(p("30"), Some(Duration::from_secs(30)));
+        assert_eq!(p("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(p(" 1500ms "), Some(Duration::from_millis(1500)));
+        assert_eq!(p("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(p("0"), None);
+        let e = parse_duration("SPIN_SHIM_REQUEST_TIMEOUT", "soon").unwrap_err();
+        assert!(
+            e.to_string().contains("SPIN_SHIM_REQUEST_TIMEOUT=`soon`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn limits_from_env() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let l = Limits::from_env(env(&[])).unwrap();
+        assert_eq!(l.request_timeout, Some(DEFAULT_REQUEST_TIMEOUT));
+        assert_eq!(l.header_read_timeout, Some(DEFAULT_HEADER_READ_TIMEOUT));
+        assert_eq!(l.idle_timeout, Some(DEFAULT_IDLE_TIMEOUT));
+        assert!(l.max_connections >= 16);
+        let l = Limits::from_env(env(&[
+            (REQUEST_TIMEOUT_ENV, "0"),
+            (IDLE_TIMEOUT_ENV, "2s"),
+            (MAX_CONNECTIONS_ENV, "7"),
+        ]))
+        .unwrap();
+        assert_eq!(l.request_timeout, None);
+        assert_eq!(l.idle_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(l.max_connections, 7);
+        let e = Limits::from_env(env(&[(MAX_CONNECTIONS_ENV, "0")])).unwrap_err();
+        assert!(e.to_string().contains(MAX_CONNECTIONS_ENV), "{e}");
+    }
+
+    #[test]
+    fn memory_limit_v1_v2_and_ancestors() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        // v2 host: container limit 512 MiB below a pod limit of 256 MiB.
+        let pod = root.join("kubepods/pod1");
+        let ctr = pod.join("ctr");
+        std::fs::create_dir_all(&ctr).unwrap();
+        std::fs::write(root.join("kubepods/memory.max"), "max\n").unwrap();
+        std::fs::write(pod.join("memory.max"), "268435456\n").unwrap();
+        std::fs::write(ctr.join("memory.max"), "536870912\n").unwrap();
+        assert_eq!(
+            memory_limit_from("0::/kubepods/pod1/ctr\n", root),
+            Some(256 << 20)
+        );
+        // Own cgroup namespace: path `/`, the root is the container's cgroup.
+        std::fs::write(root.join("memory.max"), "134217728\n").unwrap();
+        assert_eq!(memory_limit_from("0::/\n", root), Some(128 << 20));
+        // v1 memory hierarchy, unlimited value ignored.
+        let d1 = tempfile::tempdir().unwrap();
+        let m = d1.path().join("memory/a");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(m.join("memory.limit_in_bytes"), "9223372036854771712\n").unwrap();
+        let text = "12:pids:/a\n5:cpu,memory:/a\n0::/a\n";
+        assert_eq!(memory_limit_from(text, d1.path()), None);
+        std::fs::write(m.join("memory.limit_in_bytes"), "67108864\n").unwrap();
+        assert_eq!(memory_limit_from(text, d1.path()), Some(64 << 20));
+        assert_eq!(default_instance_memory(128 << 20), 64 << 20);
+        assert_eq!(default_instance_memory(64 << 30), 4 << 30);
+    }
+}

@@ -1,0 +1,125 @@
+//! Apps written against published Spin SDKs, served by `spin-serve`: spin-sdk 3.x and 5.x
+//! built for wasm32-wasip1 (core modules, componentized at load with the preview1 adapter and
+//! cached keyed by the module) and 5.x for wasm32-wasip2. Also: `.env` in the app directory
+//! supplies `SPIN_VARIABLE_*` values as `spin up` does, the environment winning.
+//!
+//! Each start's time to listening and the server's RSS are printed (`sdk-apps:` lines) for
+//! the report; they are not asserted.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn cache_entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".cwasm"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Serves `app` twice on one compile cache (cold, then warm) and checks both routes each time.
+fn serve_sdk_app(app: &str, sdk: &str, target: &str) {
+    let dir = prepare_app(app);
+    let cache = tempfile::tempdir().unwrap();
+    let mut times = Vec::new();
+    let mut rss = 0;
+    for round in ["cold", "warm"] {
+        let t = Instant::now();
+        let server = Server::start_with_cache(dir.path(), &[], cache.path());
+        times.push(t.elapsed());
+        let r = server.get("/hello");
+        assert_eq!(r.status, 200, "{app} {round} /hello: {}", r.text());
+        assert_eq!(
+            r.text(),
+            format!("sdk={sdk} route=/hello greeting=hello from spin-sdk {sdk}\n")
+        );
+        let r = server.get("/echo/a/b");
+        assert_eq!(r.status, 200, "{app} {round} /echo: {}", r.text());
+        assert_eq!(r.text(), format!("sdk={sdk} route=/echo path=/a/b\n"));
+        assert_eq!(server.get("/nothing").status, 404);
+        rss = rss_kib(server.child.id());
+        let log = server.stderr.lock().unwrap().clone();
+        if target == "wasip1" && round == "cold" {
+            assert!(
+                log.contains("componentizing with the preview1 adapter"),
+                "{log}"
+            );
+        }
+    }
+    let entries = cache_entries(cache.path());
+    assert_eq!(entries.len(), 1, "one cache entry: {entries:?}");
+    if target == "wasip1" {
+        assert!(entries[0].contains("-p1-reactor-"), "{entries:?}");
+    }
+    eprintln!(
+        "sdk-apps: Rust | spin-sdk {sdk} | {target} | 2/2 routes | cold {} ms | warm {} ms | RSS {} MiB",
+        times[0].as_millis(),
+        times[1].as_millis(),
+        rss / 1024
+    );
+}
+
+#[test]
+fn spin_sdk_3_wasip1() {
+    serve_sdk_app("sdk3-http", "3", "wasip1");
+}
+
+#[test]
+fn spin_sdk_5_wasip1() {
+    serve_sdk_app("sdk5-http", "5", "wasip1");
+}
+
+#[test]
+fn spin_sdk_5_wasip2() {
+    serve_sdk_app("sdk5-http-p2", "5", "wasip2");
+}
+
+#[test]
+fn dotenv_supplies_spin_variables_and_the_environment_wins() {
+    let dir = prepare_app("sdk5-http-p2");
+    std::fs::write(
+        dir.path().join(".env"),
+        "# as spin up reads it\nSPIN_VARIABLE_GREETING=\"from dotenv\"\nSPIN_HTTP_LISTEN_ADDR=192.0.2.1:1\n",
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &[]);
+    // Only SPIN_VARIABLE_* comes from .env: the listen address stayed on loopback.
+    assert!(server.addr.ip().is_loopback());
+    assert_eq!(
+        server.get("/hello").text(),
+        "sdk=5 route=/hello greeting=from dotenv\n"
+    );
+    drop(server);
+    let server = Server::start(dir.path(), &[("SPIN_VARIABLE_GREETING", "from env")]);
+    assert_eq!(
+        server.get("/hello").text(),
+        "sdk=5 route=/hello greeting=from env\n"
+    );
+    drop(server);
+    std::fs::write(dir.path().join(".env"), "NOT VALID = = \"\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spin-serve"))
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(".env"), "{err}");
+}

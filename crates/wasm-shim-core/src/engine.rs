@@ -1,0 +1,185 @@
+//! The seam between the shim and what runs in its containers.
+//!
+//! A shim binary hands [`crate::run_shim`] one [`Engine`] (e.g. Spin); plain WASI
+//! ([`WasiEngine`]) is built in, and ELF binaries or shebang scripts run natively through
+//! libcontainer's default executor. The engine's [`Engine::name`] names the shim
+//! ([`ShimNames`]): runtime id, per-container state file and state directory.
+//!
+//! An engine takes part twice per container:
+//! - [`Engine::prepare`] in Create, in the shim's tokio process before the container exists:
+//!   it may fetch content from containerd ([`crate::content`]), write into the rootfs and
+//!   add mounts or env to the spec;
+//! - [`Engine::can_handle`] and [`Engine::run`] in the container's init process, after
+//!   pivot_root (the first engine that can handle the entrypoint runs it).
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use libcontainer::oci_spec::runtime::Spec;
+
+/// Names derived from an engine name `<e>`: runtime id `io.containerd.<e>.v2`, state file
+/// `<e>-shim-state.json` in the bundle, state directory `/run/<e>-shim` (overridable with
+/// `<E>_SHIM_STATE_DIR`; keep it short: unix socket paths must stay under 108 bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimNames {
+    /// The engine name.
+    pub engine: String,
+    /// containerd runtime id (`io.containerd.<e>.v2`), also used in error messages.
+    pub runtime_id: String,
+    /// The per-container state file in the bundle.
+    pub state_file: String,
+    /// Default base directory of the libcontainer state roots.
+    pub default_state_dir: PathBuf,
+    /// Env var overriding [`ShimNames::default_state_dir`].
+    pub state_dir_env: String,
+}
+
+impl ShimNames {
+    /// The names for engine `engine`.
+    pub fn new(engine: &str) -> Self {
+        ShimNames {
+            engine: engine.to_string(),
+            runtime_id: format!("io.containerd.{engine}.v2"),
+            state_file: format!("{engine}-shim-state.json"),
+            default_state_dir: PathBuf::from(format!("/run/{engine}-shim")),
+            state_dir_env: format!(
+                "{}_SHIM_STATE_DIR",
+                engine.to_ascii_uppercase().replace('-', "_")
+            ),
+        }
+    }
+
+    /// The state directory: [`ShimNames::state_dir_env`] if set, else the default.
+    pub fn state_dir(&self) -> PathBuf {
+        std::env::var_os(&self.state_dir_env)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| self.default_state_dir.clone())
+    }
+}
+
+/// A container's entrypoint as an engine sees it.
+#[derive(Debug, Clone)]
+pub struct Entrypoint<'a> {
+    /// The process args (`args[0]` is the entrypoint).
+    pub args: &'a [String],
+    /// The process environment.
+    pub env: &'a [(String, String)],
+    /// The process working directory inside the container.
+    pub cwd: &'a Path,
+    /// The container's root directory: `/` in the container, a rootfs path in tests.
+    pub root: &'a Path,
+}
+
+impl Entrypoint<'_> {
+    /// The container's `PATH`, if set.
+    pub fn path_env(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `args[0]` resolved as execvp does (see [`crate::executor::resolve`]): the
+    /// in-container path, or None when no such file exists.
+    pub fn resolve(&self) -> Option<PathBuf> {
+        let entry = self.args.first()?;
+        crate::executor::resolve(entry, self.path_env(), self.cwd, self.root)
+    }
+
+    /// Where in-container path `p` is from here (below [`Entrypoint::root`]).
+    pub fn host_path(&self, p: &Path) -> PathBuf {
+        self.root.join(p.strip_prefix("/").unwrap_or(p))
+    }
+}
+
+/// What [`Engine::prepare`] works on.
+pub struct Prepare<'a> {
+    /// containerd's container id.
+    pub id: &'a str,
+    /// containerd namespace.
+    pub namespace: &'a str,
+    /// The bundle directory.
+    pub bundle: &'a Path,
+    /// The container's rootfs on the host (mounted).
+    pub rootfs: &'a Path,
+    /// The spec youki will read (saved by the shim after every engine prepared).
+    pub spec: &'a mut Spec,
+    /// containerd's gRPC address (the shim's `-address`), empty if containerd gave none.
+    pub containerd_address: &'a str,
+}
+
+impl Prepare<'_> {
+    /// The process args of the spec.
+    pub fn args(&self) -> Vec<String> {
+        self.spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.args().clone())
+            .unwrap_or_default()
+    }
+}
+
+/// One kind of workload the shim runs (see the module docs).
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Short lower-case name (`spin`, `wasi`); names the shim ([`ShimNames`]).
+    fn name(&self) -> &'static str;
+
+    /// Media types of the OCI image layers this engine reads from containerd's content
+    /// store (empty: it reads its program from the rootfs only).
+    fn layer_media_types(&self) -> &'static [&'static str];
+
+    /// Whether this engine runs the entrypoint. `Err` refuses the container with a message
+    /// naming the entrypoint (the entrypoint is this engine's, but unusable).
+    fn can_handle(&self, entry: &Entrypoint) -> Result<bool, String>;
+
+    /// Called in Create for every container, before it exists; an engine acts only on
+    /// containers it will run. The default does nothing.
+    async fn prepare(&self, _prepare: &mut Prepare<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Runs the workload in the container's init process and returns its exit code; the
+    /// engine reports its own errors on stderr.
+    fn run(&self, entry: &Entrypoint) -> i32;
+}
+
+/// The built-in engine: a WASI program (core module with `_start`, or a component
+/// exporting `wasi:cli/run`) named by the entrypoint, a `.wasm` file or a file starting
+/// with the `\0asm` preamble.
+pub struct WasiEngine;
+
+#[async_trait]
+impl Engine for WasiEngine {
+    fn name(&self) -> &'static str {
+        "wasi"
+    }
+
+    fn layer_media_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn can_handle(&self, entry: &Entrypoint) -> Result<bool, String> {
+        let Some(first) = entry.args.first() else {
+            return Ok(false);
+        };
+        let Some(resolved) = entry.resolve() else {
+            return Ok(false);
+        };
+        if first.ends_with(".wasm") {
+            return Ok(true);
+        }
+        let mut head = [0u8; 4];
+        let n = crate::executor::read_head(&entry.host_path(&resolved), &mut head).unwrap_or(0);
+        Ok(head[..n].starts_with(b"\0asm"))
+    }
+
+    fn run(&self, entry: &Entrypoint) -> i32 {
+        crate::executor::install_termination_handlers();
+        let path = entry
+            .resolve()
+            .unwrap_or_else(|| PathBuf::from(&entry.args[0]));
+        crate::wasi::run(&path, entry.args, entry.env)
+    }
+}

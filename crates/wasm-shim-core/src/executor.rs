@@ -1,0 +1,252 @@
+//! The workload executor run inside each container's init process (after pivot_root).
+//!
+//! The entrypoint decides what runs: the first [`Engine`] whose
+//! [`Engine::can_handle`] accepts it (the shim's engine, then the built-in WASI engine), else
+//! an ELF binary or a shebang script runs natively through libcontainer's default executor;
+//! anything else is refused with an error naming the entrypoint.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::workload::default::DefaultExecutor;
+use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
+
+use crate::engine::{Engine, Entrypoint};
+
+/// What a container's entrypoint resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Workload {
+    /// The engine at this index of the executor's list.
+    Engine(usize),
+    /// An ELF binary or shebang script: run natively.
+    Native,
+}
+
+/// Classifies an entrypoint against `engines` (in order), then native programs.
+pub fn classify(engines: &[Arc<dyn Engine>], entry: &Entrypoint) -> Result<Workload, String> {
+    let Some(first) = entry.args.first() else {
+        return Err("the container has no process args: set an entrypoint or command".into());
+    };
+    for (i, e) in engines.iter().enumerate() {
+        if e.can_handle(entry)? {
+            return Ok(Workload::Engine(i));
+        }
+    }
+    let resolved = entry.resolve().ok_or_else(|| {
+        format!("entrypoint `{first}` was not found in the container rootfs (searched PATH)")
+    })?;
+    let host_path = entry.host_path(&resolved);
+    let mut head = [0u8; 4];
+    let n = read_head(&host_path, &mut head).map_err(|e| {
+        format!(
+            "cannot read entrypoint `{first}` ({}): {e}",
+            host_path.display()
+        )
+    })?;
+    let head = &head[..n];
+    if head.starts_with(b"\x7fELF") || head.starts_with(b"#!") {
+        Ok(Workload::Native)
+    } else {
+        let names: Vec<_> = engines.iter().map(|e| e.name()).collect();
+        Err(format!(
+            "entrypoint `{first}` is neither a program of the {} engines, an ELF binary nor a shebang script",
+            names.join("/")
+        ))
+    }
+}
+
+/// Reads up to `buf.len()` bytes from the start of `path`.
+pub(crate) fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut n = 0;
+    while n < buf.len() {
+        let r = f.read(&mut buf[n..])?;
+        if r == 0 {
+            break;
+        }
+        n += r;
+    }
+    Ok(n)
+}
+
+/// Resolves `entry` the way execvp does: a name containing `/` is used as is (relative to
+/// `cwd`), other names are searched in `PATH`, then (for `.wasm` files) in `cwd`.
+/// Returns the in-container path.
+pub(crate) fn resolve(
+    entry: &str,
+    path_env: Option<&str>,
+    cwd: &Path,
+    root: &Path,
+) -> Option<PathBuf> {
+    let in_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let in_cwd = || {
+        let p = cwd.join(entry);
+        in_root(&p).is_file().then_some(p)
+    };
+    if entry.contains('/') {
+        return in_cwd();
+    }
+    let path_env =
+        path_env.unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    path_env
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(entry))
+        .find(|p| in_root(p).is_file())
+        .or_else(|| entry.ends_with(".wasm").then(in_cwd).flatten())
+}
+
+fn spec_args_env(spec: &Spec) -> (Vec<String>, Vec<(String, String)>) {
+    let process = spec.process().as_ref();
+    let args = process.and_then(|p| p.args().clone()).unwrap_or_default();
+    let env = process
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (kv, String::new()),
+        })
+        .collect();
+    (args, env)
+}
+
+/// The shim's libcontainer executor (see the module docs).
+#[derive(Clone)]
+pub struct ShimExecutor {
+    engines: Vec<Arc<dyn Engine>>,
+}
+
+impl ShimExecutor {
+    /// An executor trying `engines` in order.
+    pub fn new(engines: Vec<Arc<dyn Engine>>) -> Self {
+        Self { engines }
+    }
+
+    fn workload(
+        &self,
+        spec: &Spec,
+    ) -> Result<(Workload, Vec<String>, Vec<(String, String)>), String> {
+        let (args, env) = spec_args_env(spec);
+        let cwd = spec
+            .process()
+            .as_ref()
+            .map(|p| p.cwd().clone())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let entry = Entrypoint {
+            args: &args,
+            env: &env,
+            cwd: &cwd,
+            root: Path::new("/"),
+        };
+        let w = classify(&self.engines, &entry)?;
+        Ok((w, args, env))
+    }
+}
+
+/// Makes SIGTERM and SIGINT end the process with 128+signal: PID 1 of a pid namespace
+/// ignores signals it has no handler for.
+pub fn install_termination_handlers() {
+    extern "C" fn on_signal(sig: libc::c_int) {
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(128 + sig) }
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: installing a handler that only calls _exit.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+impl Executor for ShimExecutor {
+    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        let (workload, args, env) = self.workload(spec).map_err(ExecutorError::Other)?;
+        let code = match workload {
+            Workload::Native => return DefaultExecutor {}.exec(spec),
+            Workload::Engine(i) => {
+                let cwd = spec
+                    .process()
+                    .as_ref()
+                    .map(|p| p.cwd().clone())
+                    .unwrap_or_else(|| PathBuf::from("/"));
+                self.engines[i].run(&Entrypoint {
+                    args: &args,
+                    env: &env,
+                    cwd: &cwd,
+                    root: Path::new("/"),
+                })
+            }
+        };
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        std::process::exit(code)
+    }
+
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        match self.workload(spec) {
+            Ok((Workload::Native, _, _)) => DefaultExecutor {}.validate(spec),
+            Ok(_) => Ok(()),
+            Err(e) => Err(ExecutorValidationError::ArgValidationError(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::WasiEngine;
+
+    /// Classifies `a` with the built-in WASI engine only, `r` as the container root.
+    pub(crate) fn classify_in(
+        r: &Path,
+        a: &[&str],
+        path: Option<&str>,
+    ) -> Result<Workload, String> {
+        let args: Vec<String> = a.iter().map(|s| s.to_string()).collect();
+        let env: Vec<(String, String)> = path
+            .map(|p| vec![("PATH".to_string(), p.to_string())])
+            .unwrap_or_default();
+        let engines: Vec<Arc<dyn Engine>> = vec![Arc::new(WasiEngine)];
+        classify(
+            &engines,
+            &Entrypoint {
+                args: &args,
+                env: &env,
+                cwd: Path::new("/"),
+                root: r,
+            },
+        )
+    }
+
+    #[test]
+    fn classifies_entrypoints() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("bin")).unwrap();
+        std::fs::write(r.join("app.wasm"), b"\0asm\x01\0\0\0").unwrap();
+        std::fs::write(r.join("bin/sh"), b"\x7fELF\x02\x01").unwrap();
+        std::fs::write(r.join("run.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+        std::fs::write(r.join("hello"), b"\0asm\x0d\0\x01\0").unwrap();
+        std::fs::write(r.join("data.txt"), b"plain text").unwrap();
+        let wasi = Ok(Workload::Engine(0));
+
+        assert_eq!(classify_in(r, &["/app.wasm", "x"], None), wasi);
+        assert_eq!(classify_in(r, &["app.wasm"], None), wasi);
+        assert_eq!(
+            classify_in(r, &["sh", "-c", "true"], Some("/bin")),
+            Ok(Workload::Native)
+        );
+        assert_eq!(classify_in(r, &["/run.sh"], None), Ok(Workload::Native));
+        assert_eq!(classify_in(r, &["/hello"], None), wasi);
+        let e = classify_in(r, &["/data.txt"], None).unwrap_err();
+        assert!(e.contains("/data.txt"), "{e}");
+        let e = classify_in(r, &["/missing.wasm"], None).unwrap_err();
+        assert!(e.contains("/missing.wasm"), "{e}");
+        assert!(classify_in(r, &["/"], None).is_err());
+        assert!(classify_in(r, &[], None).is_err());
+    }
+}

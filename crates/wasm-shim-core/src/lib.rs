@@ -1,0 +1,122 @@
+//! A containerd runtime v2 shim for Wasm engines: the containerd Task service, containers
+//! on youki's libcontainer (created by a single-threaded helper forked before tokio),
+//! cgroup placement through the `cgroup-placement` crate, a generic client of containerd's
+//! content store, and the [`engine::Engine`] seam (plain WASI built in, native programs
+//! through libcontainer). A shim binary calls [`run_shim`] with its engine.
+//!
+//! # Behaviour others rely on
+//! With engine name `<e>` (see [`engine::ShimNames`]):
+//! - `start` prints only the ttrpc address (`unix:///run/containerd/s/<sha256>`); containers
+//!   whose `io.kubernetes.cri.sandbox-id` annotations are equal share one server process.
+//!   The runtime options containerd writes to its stdin are decoded by [`start_options`]
+//!   (never taken as a cgroup path); placement follows each container's `cgroupsPath`.
+//! - Per container the shim keeps `<bundle>/<e>-shim-state.json` (placement, libcontainer
+//!   state root, rootfs mount, init pid) and a libcontainer state root
+//!   `/run/<e>-shim/<16 hex of sha256(bundle path)>` (base overridable with
+//!   `<E>_SHIM_STATE_DIR`); both are removed on delete, by the server or by the
+//!   `delete` subcommand (which answers exit status 137).
+//! - Executors: the engine's entrypoints, then WASI (`*.wasm` or `\0asm` entrypoint: exit
+//!   code = program's, trap or load error -> [`wasi::TRAP_EXIT_CODE`] 134 with the message
+//!   on stderr, SIGTERM/SIGINT -> 128+signal), then ELF or `#!` -> native exec; else create
+//!   fails naming the entrypoint. wasip2 components built by current Rust report any
+//!   non-zero `exit(n)` as 1 (they import `wasi:cli/exit.exit`, not `exit-with-code`).
+//! - Exec, checkpoint and terminals are refused ("... not supported by io.containerd.<e>.v2").
+//! - Events: TaskCreate, TaskStart, TaskExit, TaskDelete, TaskPaused, TaskResumed, TaskOOM.
+//! - Logging: the server logs to the bundle's `log` FIFO (containerd's log); level from
+//!   `RUST_LOG`, default [`logging::DEFAULT_FILTER`].
+
+#![warn(missing_docs)]
+
+pub mod content;
+pub mod engine;
+pub mod error;
+pub mod executor;
+pub mod logging;
+pub mod oom;
+pub mod service;
+pub mod shim;
+pub mod start_options;
+pub mod state;
+pub mod stdio;
+pub mod wasi;
+pub mod zygote;
+
+use std::sync::{Arc, OnceLock};
+
+use engine::{Engine, ShimNames, WasiEngine};
+pub use executor::ShimExecutor;
+
+/// The names and engines of this shim process, set once by [`run_shim`].
+struct ShimSetup {
+    names: ShimNames,
+    engines: Vec<Arc<dyn Engine>>,
+}
+
+static SETUP: OnceLock<ShimSetup> = OnceLock::new();
+
+/// The setup [`run_shim`] made; without it (library tests), the plain WASI shim's.
+fn setup() -> &'static ShimSetup {
+    SETUP.get_or_init(|| ShimSetup {
+        names: ShimNames::new(WasiEngine.name()),
+        engines: vec![Arc::new(WasiEngine)],
+    })
+}
+
+/// The names derived from the engine given to [`run_shim`].
+pub fn shim_names() -> &'static ShimNames {
+    &setup().names
+}
+
+/// The engines containers are tried against, in order: the shim's, then WASI.
+pub(crate) fn engines() -> &'static [Arc<dyn Engine>] {
+    &setup().engines
+}
+
+/// Entry point of the shim binary: `engine` runs what it can handle, the built-in WASI
+/// engine and native programs the rest; the runtime id and state paths derive from the
+/// engine's name. Parses containerd's arguments; in the server process forks the
+/// container-creation helper while still single-threaded, then runs the async shim on
+/// tokio.
+pub fn run_shim(engine: Arc<dyn Engine>) {
+    let names = ShimNames::new(engine.name());
+    let engines: Vec<Arc<dyn Engine>> = vec![engine, Arc::new(WasiEngine)];
+    let setup = SETUP.get_or_init(|| ShimSetup { names, engines });
+    let runtime_id = setup.names.runtime_id.as_str();
+    let args: Vec<_> = std::env::args_os().collect();
+    let flags = containerd_shim::parse(&args[1..]).ok();
+    let server = flags
+        .as_ref()
+        .map(|f| f.action.is_empty() && !f.version && !f.info && !f.socket.is_empty())
+        .unwrap_or(false);
+    if flags.as_ref().is_some_and(|f| f.version) {
+        println!("{runtime_id} {}", env!("CARGO_PKG_VERSION"));
+        return;
+    }
+    logging::init(server);
+    if server {
+        // Orphaned container processes must come back to us, not to PID 1.
+        // SAFETY: plain prctl.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+        match zygote::spawn(ShimExecutor::new(setup.engines.clone())) {
+            Ok(z) => {
+                let _ = shim::ZYGOTE.set(Arc::new(z));
+            }
+            Err(e) => {
+                tracing::error!("cannot start the container-creation helper: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let config = containerd_shim::Config {
+        no_setup_logger: true,
+        ..Default::default()
+    };
+    rt.block_on(containerd_shim::asynchronous::run::<shim::WasmShim>(
+        runtime_id,
+        Some(config),
+    ));
+}

@@ -1,0 +1,3 @@
+//! SDK proof app built against spin-sdk 3.x (see ../../sdk-common/handler.rs).
+const SDK: &str = "3";
+include!("../../sdk-common/handler.rs");

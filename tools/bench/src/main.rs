@@ -1,0 +1,828 @@
+//! `shim-bench [all|start]` (root): benchmarks of `io.containerd.spin.v2` through CRI on a
+//! private containerd 1.6 (host cgroup v1 layout, kubelet systemd-style Burstable pods,
+//! host network), each row beside a native hyper hello server in a native image under
+//! `runc`, measured in the same run.
+//!
+//! `start`: cold start only (RunPodSandbox + CreateContainer + StartContainer -> first
+//! HTTP 200). `all`: cold start, HTTP (wrk), memory (PSS/RSS), density, stats latency.
+//! Raw samples go to `target/bench/`, the report to `docs/benchmarks.md` (`all`) or
+//! `target/bench/start.md` (`start`).
+//!
+//! Knobs: `BENCH_RUNS` (cold starts per row, default 5), `BENCH_DURATION` (wrk seconds per
+//! point, default 5), `BENCH_DENSITY` (pods, default 50), `BENCH_STATS` (ContainerStats
+//! calls, default 200). Needs `cargo build --release -p containerd-shim-spin-v2`,
+//! `cargo build --release -p spin-runtime --example native-hello`, `make apps`, `wrk`.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use cri_tests::cgroups::Layout;
+use cri_tests::cri::{ContainerSpec, Cri};
+use cri_tests::kubelet::{CgroupDriver, QosClass};
+use cri_tests::node::{ContainerdVersion, Node};
+use cri_tests::scenario::{self, KubeletPod};
+
+const HELLO_IMAGE: &str = "docker.io/library/spin-hello:bench";
+const CPU_IMAGE: &str = "docker.io/library/spin-cpu:bench";
+const NATIVE_IMAGE: &str = "docker.io/library/native-hello:bench";
+
+/// One benchmarked server: how to run it in a pod and what to ask it.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    name: &'static str,
+    handler: &'static str,
+    image: &'static str,
+    /// Request path (and query) measured.
+    path: &'static str,
+}
+
+const HELLO: Target = Target {
+    name: "spin-hello",
+    handler: "spin",
+    image: HELLO_IMAGE,
+    path: "/hello",
+};
+const CPU: Target = Target {
+    name: "spin-cpu",
+    handler: "spin",
+    image: CPU_IMAGE,
+    path: "/?n=25",
+};
+const NATIVE: Target = Target {
+    name: "native-hello",
+    handler: "runc",
+    image: NATIVE_IMAGE,
+    path: "/hello",
+};
+
+impl Target {
+    fn container(&self, addr: SocketAddr) -> ContainerSpec {
+        let (command, envs) = if self.handler == "runc" {
+            (
+                vec!["/native-hello".into(), "--listen".into(), addr.to_string()],
+                vec![],
+            )
+        } else {
+            (
+                vec!["/".into()],
+                vec![("SPIN_HTTP_LISTEN_ADDR".into(), addr.to_string())],
+            )
+        };
+        ContainerSpec {
+            name: self.name.into(),
+            image: self.image.into(),
+            command,
+            envs,
+            ..Default::default()
+        }
+    }
+}
+
+/// A running pod with one server container.
+struct Running {
+    pod: KubeletPod,
+    id: String,
+    pid: u32,
+    addr: SocketAddr,
+    /// RunPodSandbox -> first 200.
+    startup: Duration,
+}
+
+fn env_num(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{name}={v:?} is not a whole number; unset it or fix it")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// Polls `GET path` every 5 ms until 200 (bounded).
+async fn first_ok(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let p = path.to_string();
+        match tokio::task::spawn_blocking(move || {
+            scenario::http_get(addr, &p, Duration::from_secs(2))
+        })
+        .await?
+        {
+            Ok((200, _)) => return Ok(()),
+            Ok((code, body)) => last = format!("status {code}: {body}"),
+            Err(e) => last = format!("{e:#}"),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    bail!("{addr}{path} did not answer 200 within {timeout:?}; last: {last}")
+}
+
+/// Starts `t` in a fresh pod and waits for its first 200.
+async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path) -> Result<Running> {
+    let addr: SocketAddr = ([127, 0, 0, 1], scenario::free_loopback_port()?).into();
+    let t0 = Instant::now();
+    let pod = KubeletPod::start(
+        cri,
+        Layout::Hybrid,
+        CgroupDriver::Systemd,
+        QosClass::Burstable,
+        t.handler,
+        name,
+        logs,
+    )
+    .await?;
+    let started = async {
+        let id = cri
+            .start_container(&pod.sandbox_id, &pod.spec, &t.container(addr))
+            .await?;
+        first_ok(addr, t.path, Duration::from_secs(120))
+            .await
+            .with_context(|| format!("{} in pod {name}", t.name))?;
+        let startup = t0.elapsed();
+        let pid = cri.container_pid(&id).await?;
+        Ok::<_, anyhow::Error>((id, pid, startup))
+    }
+    .await;
+    match started {
+        Ok((id, pid, startup)) => Ok(Running {
+            pod,
+            id,
+            pid,
+            addr,
+            startup,
+        }),
+        Err(e) => {
+            let _ = cri.remove_pod(&pod.sandbox_id).await;
+            Err(e)
+        }
+    }
+}
+
+async fn stop(cri: &mut Cri, r: Running) -> Result<()> {
+    cri.remove_container(&r.id, 5).await?;
+    r.pod.teardown(cri, &[r.pid]).await
+}
+
+/// Median, min, max (ms) of durations or plain values.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spread {
+    median: f64,
+    min: f64,
+    max: f64,
+    p99: f64,
+}
+
+fn spread(samples: &[f64]) -> Spread {
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    if s.is_empty() {
+        return Spread::default();
+    }
+    let q = |f: f64| s[((s.len() as f64 - 1.0) * f).round() as usize];
+    Spread {
+        median: q(0.5),
+        min: s[0],
+        max: s[s.len() - 1],
+        p99: q(0.99),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// PSS and RSS (KiB) of `pid` from `/proc/PID/smaps_rollup`.
+fn pss_rss(pid: u32) -> Result<(u64, u64)> {
+    let file = format!("/proc/{pid}/smaps_rollup");
+    let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
+    let field = |k: &str| {
+        text.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Ok((field("Pss:"), field("Rss:")))
+}
+
+/// The pod's shim process (its command line names the sandbox id).
+fn shim_pid(sandbox_id: &str) -> Result<u32> {
+    scenario::processes_mentioning(sandbox_id)
+        .into_iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains("containerd-shim"))
+                .unwrap_or(false)
+        })
+        .with_context(|| format!("no containerd-shim process names sandbox {sandbox_id}"))
+}
+
+/// Memory of one pod: (shim PSS, shim RSS, container PSS, container RSS) in KiB.
+fn pod_memory(r: &Running) -> Result<[u64; 4]> {
+    let (sp, sr) = pss_rss(shim_pid(&r.pod.sandbox_id)?)?;
+    let (cp, cr) = pss_rss(r.pid)?;
+    Ok([sp, sr, cp, cr])
+}
+
+/// One wrk result.
+#[derive(Debug, Clone, Copy, Default)]
+struct Wrk {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn to_ms(v: &str) -> Option<f64> {
+    let (num, mul) = if let Some(n) = v.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (v, 1.0)
+    };
+    num.parse::<f64>().ok().map(|x| x * mul)
+}
+
+fn parse_wrk(out: &str) -> Result<Wrk> {
+    let mut w = Wrk::default();
+    for line in out.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["Requests/sec:", v, ..] => w.rps = v.parse().unwrap_or(0.0),
+            ["50%", v, ..] => w.p50_ms = to_ms(v).unwrap_or(0.0),
+            ["99%", v, ..] => w.p99_ms = to_ms(v).unwrap_or(0.0),
+            _ => {}
+        }
+    }
+    ensure!(w.rps > 0.0, "wrk printed no Requests/sec:\n{out}");
+    ensure!(
+        !out.contains("Non-2xx"),
+        "wrk saw non-2xx answers (the server failed requests):\n{out}"
+    );
+    Ok(w)
+}
+
+fn wrk_command(url: &str, conns: usize, secs: usize) -> Command {
+    let mut c = Command::new("wrk");
+    c.args([
+        "-t",
+        &conns.clamp(1, 2).to_string(),
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{secs}s"),
+        "--timeout",
+        "10s",
+        "--latency",
+        url,
+    ]);
+    c
+}
+
+struct Bench {
+    out: PathBuf,
+    logs: PathBuf,
+    /// The shims' compile cache (host directory).
+    cache: PathBuf,
+    raw: String,
+    report: String,
+}
+
+impl Bench {
+    fn sample(&mut self, line: String) {
+        self.raw.push_str(&line);
+        self.raw.push('\n');
+    }
+}
+
+fn build_images(dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let root = integration::workspace_root();
+    let mut archives = Vec::new();
+    archives.push(integration::images::TestImages::build(dir)?.pause);
+    for (name, app) in [(HELLO_IMAGE, "spin-hello"), (CPU_IMAGE, "spin-cpu")] {
+        let app_dir = root.join("tests/apps").join(app);
+        let path = dir.join(format!("{app}.tar"));
+        oci_image_builder::spin::container_image(name, &app_dir, &[])
+            .with_context(|| {
+                format!(
+                    "building {name} from {} (fix: make apps)",
+                    app_dir.display()
+                )
+            })?
+            .write_archive(&path)?;
+        archives.push(path);
+    }
+    // The native baseline: the native-hello example with the shared libraries it links.
+    let bin = integration::shim_bin_dir().join("examples/native-hello");
+    ensure!(
+        bin.is_file(),
+        "{} missing: cargo build --release -p spin-runtime --example native-hello",
+        bin.display()
+    );
+    let mut tree = oci_image_builder::rootfs::TarTree::new();
+    tree.add_host_file(&bin, "/native-hello")?;
+    let ldd = Command::new("ldd")
+        .arg(&bin)
+        .output()
+        .context("running ldd")?;
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let path = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/'))
+            .map(str::to_string);
+        if let Some(p) = path {
+            let real = std::fs::canonicalize(&p)?;
+            tree.add_host_file(&real, &p)?;
+        }
+    }
+    let path = dir.join("native-hello.tar");
+    oci_image_builder::rootfs_image(
+        NATIVE_IMAGE,
+        tree,
+        &oci_image_builder::ProcessConfig {
+            entrypoint: vec!["/native-hello".into()],
+            ..Default::default()
+        },
+    )?
+    .write_archive(&path)?;
+    archives.push(path);
+    Ok(archives)
+}
+
+/// Creates `dir` empty (removing what was in it).
+fn empty_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("emptying {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+fn ratio(ours: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.2}", ours / base)
+    } else {
+        "-".into()
+    }
+}
+
+async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
+    let mut med = Vec::new();
+    for (t, cache) in [(HELLO, "empty"), (HELLO, "warm"), (NATIVE, "-")] {
+        let mut samples = Vec::new();
+        if cache == "warm" {
+            // Prime the cache with one unmeasured start.
+            let r = start(cri, t, "cold-prime", &b.logs).await?;
+            stop(cri, r).await?;
+        }
+        for i in 0..runs {
+            if cache == "empty" {
+                empty_dir(&b.cache)?;
+            }
+            let name = format!("cold-{}-{cache}-{i}", t.name);
+            let r = start(cri, t, &name, &b.logs).await?;
+            samples.push(ms(r.startup));
+            b.sample(format!(
+                "cold_start {} cache {cache} run {i} ms {:.1}",
+                t.name,
+                ms(r.startup)
+            ));
+            stop(cri, r).await?;
+            if cache == "empty" {
+                let filled = std::fs::read_dir(&b.cache)?.count();
+                ensure!(
+                    filled > 0,
+                    "the shim wrote no compiled component into {}: the compile cache is not \
+                     where shim-bench set SPIN_SHIM_COMPILE_CACHE_DIR",
+                    b.cache.display()
+                );
+            }
+        }
+        med.push((t, cache, spread(&samples)));
+    }
+    let base = med[2].2.median;
+    writeln!(
+        b.report,
+        "\n## 1. Cold start (RunPodSandbox + CreateContainer + StartContainer -> first HTTP 200)\n\n\
+         {runs} runs per row, each a fresh pod (pod cgroups, sandbox, container). Compile cache: \
+         the shim bind-mounts its host cache (`SPIN_SHIM_COMPILE_CACHE_DIR` in the shim's \
+         environment, here `target/bench/compile-cache`) into each Spin container: `empty` = \
+         that directory emptied before each run (checked to be filled again after it), `warm` = \
+         kept, primed by one unmeasured start.\n\n\
+         | server | cache | median ms | min | max | ratio ours/native |\n|---|---|---|---|---|---|"
+    )?;
+    for (t, cache, s) in &med {
+        writeln!(
+            b.report,
+            "| {} ({}) | {cache} | {:.1} | {:.1} | {:.1} | {} |",
+            t.name,
+            t.handler,
+            s.median,
+            s.min,
+            s.max,
+            ratio(s.median, base)
+        )?;
+    }
+    Ok(())
+}
+
+async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize) -> Result<()> {
+    let mut running = Vec::new();
+    for t in [HELLO, CPU, NATIVE] {
+        match start(cri, t, &format!("http-{}", t.name), &b.logs).await {
+            Ok(r) => running.push((t, r)),
+            Err(e) => {
+                for (_, r) in running {
+                    let _ = stop(cri, r).await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    let result = measure_http(b, &running, secs).await;
+    for (_, r) in running {
+        stop(cri, r).await?;
+    }
+    result
+}
+
+async fn measure_http(b: &mut Bench, running: &[(Target, Running)], secs: usize) -> Result<()> {
+    let conns = [1usize, 16, 64];
+    let mut table: Vec<(Target, Vec<Wrk>)> = Vec::new();
+    let mut mem: Vec<(Target, [u64; 4], [u64; 4])> = Vec::new();
+    for (t, r) in running {
+        let idle = pod_memory(r)?;
+        let url = format!("http://{}{}", r.addr, t.path);
+        let mut rows = Vec::new();
+        let mut loaded = [0u64; 4];
+        for &c in &conns {
+            let child = wrk_command(&url, c, secs)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .context("starting wrk (apt-get install -y wrk)")?;
+            if c == 16 {
+                tokio::time::sleep(Duration::from_secs_f64(secs as f64 / 2.0)).await;
+                loaded = pod_memory(r)?;
+            }
+            let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            std::fs::write(b.out.join(format!("wrk-{}-c{c}.txt", t.name)), &text)?;
+            let w = parse_wrk(&text).with_context(|| format!("{} at concurrency {c}", t.name))?;
+            b.sample(format!(
+                "http {} c{c} rps {:.0} p50_ms {:.3} p99_ms {:.3}",
+                t.name, w.rps, w.p50_ms, w.p99_ms
+            ));
+            rows.push(w);
+        }
+        b.sample(format!("memory {} idle_kib {idle:?} load_kib {loaded:?} (shim pss, shim rss, container pss, container rss)", t.name));
+        mem.push((*t, idle, loaded));
+        table.push((*t, rows));
+    }
+    let native = table
+        .iter()
+        .find(|(t, _)| t.handler == "runc")
+        .map(|(_, w)| w.clone())
+        .context("native row missing")?;
+    writeln!(
+        b.report,
+        "\n## 2. HTTP (wrk, {secs} s per point, CRI pod, host network, loopback)\n\n\
+         Ratios compare with native-hello (`/hello`) at the same concurrency; for spin-cpu \
+         (fib(25) per request) the ratio mostly shows the work per request.\n\n\
+         | server | conc | req/s | p50 ms | p99 ms | ratio req/s ours/native | ratio p99 |\n|---|---|---|---|---|---|---|"
+    )?;
+    for (t, rows) in &table {
+        for (i, w) in rows.iter().enumerate() {
+            writeln!(
+                b.report,
+                "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {} |",
+                t.name,
+                conns[i],
+                w.rps,
+                w.p50_ms,
+                w.p99_ms,
+                ratio(w.rps, native[i].rps),
+                ratio(w.p99_ms, native[i].p99_ms)
+            )?;
+        }
+    }
+    let nat = mem
+        .iter()
+        .find(|(t, _, _)| t.handler == "runc")
+        .map(|m| (m.1, m.2))
+        .context("native memory missing")?;
+    writeln!(
+        b.report,
+        "\n## 3. Memory per running pod (KiB, /proc/PID/smaps_rollup)\n\n\
+         Shim = the pod's containerd shim process; container = the container's process \
+         (for Spin: the youki-started process running wasmtime). Under load = wrk -c 16, sampled \
+         mid-run. The pause process is not counted.\n\n\
+         | server | state | shim PSS | shim RSS | container PSS | container RSS | total PSS | ratio total PSS ours/native |\n|---|---|---|---|---|---|---|---|"
+    )?;
+    for (t, idle, load) in &mem {
+        for (state, m, base) in [("idle", idle, nat.0), ("load", load, nat.1)] {
+            writeln!(
+                b.report,
+                "| {} | {state} | {} | {} | {} | {} | {} | {} |",
+                t.name,
+                m[0],
+                m[1],
+                m[2],
+                m[3],
+                m[0] + m[2],
+                ratio((m[0] + m[2]) as f64, (base[0] + base[2]) as f64)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+async fn stats_latency(b: &mut Bench, cri: &mut Cri, calls: usize) -> Result<()> {
+    let mut rows = Vec::new();
+    for t in [HELLO, NATIVE] {
+        let r = start(cri, t, &format!("stats-{}", t.name), &b.logs).await?;
+        let mut samples = Vec::new();
+        let mut err = None;
+        for _ in 0..calls {
+            let t0 = Instant::now();
+            match cri.container_stats(&r.id).await {
+                Ok(_) => samples.push(ms(t0.elapsed())),
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        stop(cri, r).await?;
+        if let Some(e) = err {
+            return Err(e.context(format!("ContainerStats of {}", t.name)));
+        }
+        b.sample(format!(
+            "stats {} ms {}",
+            t.name,
+            samples
+                .iter()
+                .map(|s| format!("{s:.3}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        rows.push((t, spread(&samples)));
+    }
+    writeln!(
+        b.report,
+        "\n## 5. Stats latency (CRI ContainerStats: containerd -> shim Task.Stats -> cgroup read), {calls} calls\n\n\
+         | server | median ms | p99 ms | max ms | ratio median ours/native |\n|---|---|---|---|---|"
+    )?;
+    let base = rows[1].1.median;
+    for (t, s) in &rows {
+        writeln!(
+            b.report,
+            "| {} ({}) | {:.3} | {:.3} | {:.3} | {} |",
+            t.name,
+            t.handler,
+            s.median,
+            s.p99,
+            s.max,
+            ratio(s.median, base)
+        )?;
+    }
+    Ok(())
+}
+
+/// Starts `n` pods of `t` at once; returns (wall ms, answering, total PSS KiB, errors).
+async fn density_one(
+    b: &mut Bench,
+    cri: &Cri,
+    t: Target,
+    n: usize,
+) -> Result<(f64, usize, u64, Vec<String>)> {
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let mut c = cri.clone();
+        let logs = b.logs.clone();
+        tasks.push(tokio::spawn(async move {
+            start(&mut c, t, &format!("density-{}-{i}", t.name), &logs).await
+        }));
+    }
+    let mut up = Vec::new();
+    let mut errors = Vec::new();
+    for task in tasks {
+        match task.await? {
+            Ok(r) => up.push(r),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    let wall = ms(t0.elapsed());
+    // All answering, checked again once every pod is up.
+    let mut answering = 0;
+    let mut total = 0;
+    for r in &up {
+        let (addr, path) = (r.addr, t.path);
+        let ok = tokio::task::spawn_blocking(move || {
+            scenario::http_get(addr, path, Duration::from_secs(5))
+        })
+        .await?;
+        if matches!(ok, Ok((200, _))) {
+            answering += 1;
+        }
+        let m = pod_memory(r).unwrap_or_default();
+        total += m[0] + m[2] + scenario_pause_pss(r);
+    }
+    b.sample(format!(
+        "density {} pods {n} wall_ms {wall:.0} up {} answering {answering} total_pss_kib {total} startups_ms {}",
+        t.name,
+        up.len(),
+        up.iter()
+            .map(|r| format!("{:.0}", ms(r.startup)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    let mut stops = Vec::new();
+    for r in up {
+        let mut c = cri.clone();
+        stops.push(tokio::spawn(async move { stop(&mut c, r).await }));
+    }
+    for s in stops {
+        if let Err(e) = s.await? {
+            errors.push(format!("teardown: {e:#}"));
+        }
+    }
+    Ok((wall, answering, total, errors))
+}
+
+fn scenario_pause_pss(r: &Running) -> u64 {
+    pss_rss(r.pod.sandbox_pid).map(|m| m.0).unwrap_or(0)
+}
+
+async fn density(b: &mut Bench, cri: &Cri, n: usize) -> Result<()> {
+    let mut rows = Vec::new();
+    for t in [HELLO, NATIVE] {
+        let (wall, answering, total, errors) = density_one(b, cri, t, n).await?;
+        for e in errors.iter().take(3) {
+            eprintln!("density {}: {e}", t.name);
+        }
+        rows.push((t, wall, answering, total, errors.len()));
+    }
+    writeln!(
+        b.report,
+        "\n## 4. Density: {n} hello pods started concurrently (each its own loopback port)\n\n\
+         Wall = first RunPodSandbox -> every pod answered 200. Memory = PSS of shims, containers \
+         and pause processes summed.\n\n\
+         | server | pods | wall s | answering | errors | total PSS MiB | PSS/pod MiB | ratio wall | ratio PSS |\n|---|---|---|---|---|---|---|---|---|"
+    )?;
+    let (bw, bt) = (rows[1].1, rows[1].3);
+    for (t, wall, answering, total, errors) in &rows {
+        writeln!(
+            b.report,
+            "| {} ({}) | {n} | {:.1} | {answering} | {errors} | {:.1} | {:.1} | {} | {} |",
+            t.name,
+            t.handler,
+            wall / 1000.0,
+            *total as f64 / 1024.0,
+            *total as f64 / 1024.0 / n.max(1) as f64,
+            ratio(*wall, bw),
+            ratio(*total as f64, bt as f64)
+        )?;
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.to_string()))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "- date: {date}\n- machine: {cores} cores, {cpu}; {mem}; kernel {}\n- containerd 1.6 (Debian 12), host cgroup v1 (hybrid) layout, kubelet systemd-style Burstable pod cgroups, host network; release build; all servers and wrk share the same 2 cores",
+        kernel.trim()
+    )
+}
+
+async fn run(mode: &str) -> Result<()> {
+    let root = integration::workspace_root();
+    let out = root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    let runs = env_num("BENCH_RUNS", 5)?;
+    let secs = env_num("BENCH_DURATION", 5)?;
+    let pods = env_num("BENCH_DENSITY", 50)?;
+    let calls = env_num("BENCH_STATS", 200)?;
+    let cache = compile_cache_dir();
+    empty_dir(&cache)?;
+    let archives = build_images(&out.join("images"))?;
+    let node = Node::start(ContainerdVersion::V1_6, Layout::Hybrid, true)?;
+    for a in &archives {
+        node.import(a)?;
+    }
+    let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
+    let mut b = Bench {
+        out: out.clone(),
+        logs: node.dir().join("pod-logs"),
+        cache,
+        raw: String::new(),
+        report: format!(
+            "# Benchmarks\n\nGenerated by `{}` (`tools/bench`, `shim-bench {mode}`). Raw samples: \
+             `target/bench/`.\n\n## Method and machine\n\n{}\n- ours = `io.containerd.spin.v2` \
+             (handler `spin`), baseline = the native Rust hyper hello server \
+             (`crates/spin-runtime/examples/native-hello.rs`) in a native image under `runc`, same \
+             pods, same run.\n- medians with min/max (or p99); ratio = ours / native.\n",
+            if mode == "start" {
+                "scripts/bench-start.sh"
+            } else {
+                "scripts/bench.sh"
+            },
+            machine()
+        ),
+    };
+    let t0 = Instant::now();
+    let result = async {
+        cold_start(&mut b, &mut cri, runs).await?;
+        if mode == "all" {
+            http_and_memory(&mut b, &mut cri, secs).await?;
+            density(&mut b, &cri, pods).await?;
+            stats_latency(&mut b, &mut cri, calls).await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    std::fs::write(out.join(format!("samples-{mode}.txt")), &b.raw)?;
+    if let Err(e) = result {
+        eprintln!("containerd log tail:\n{}", node.log_tail());
+        return Err(e);
+    }
+    writeln!(
+        b.report,
+        "\n## Notes\n\n- Run time: {:.0} s (excluding the build).",
+        t0.elapsed().as_secs_f64()
+    )?;
+    let report_path = if mode == "all" {
+        root.join("docs/benchmarks.md")
+    } else {
+        out.join("start.md")
+    };
+    std::fs::write(&report_path, &b.report)?;
+    println!("{}", b.report);
+    println!("report: {}", report_path.display());
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    ensure!(
+        mode == "all" || mode == "start",
+        "unknown mode {mode:?}; usage: shim-bench [all|start]"
+    );
+    ensure!(
+        nix_is_root(),
+        "shim-bench needs root (it runs containerd and creates pod cgroups)"
+    );
+    // The shims inherit containerd's environment, containerd inherits ours: a compile
+    // cache of the bench's own (set before any thread exists), emptied and primed by the
+    // cold-start phase.
+    std::env::set_var("SPIN_SHIM_COMPILE_CACHE_DIR", compile_cache_dir());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run(&mode))
+}
+
+/// The compile cache the bench's shims use.
+fn compile_cache_dir() -> PathBuf {
+    integration::workspace_root().join("target/bench/compile-cache")
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
