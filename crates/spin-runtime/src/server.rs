@@ -36,7 +36,7 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBod
 fn static_response(sr: &crate::app::StaticResponse) -> Response<HyperOutgoingBody> {
     let status = StatusCode::from_u16(sr.status()).unwrap_or(StatusCode::OK);
     let mut r = text(status, sr.body.clone().unwrap_or_default());
-    for (name, value) in &sr.headers {
+    for (name, value) in sr.headers.iter() {
         match (
             http::header::HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
