@@ -2,7 +2,6 @@
 //! resolved, and everything this runtime cannot run refused with the key and the reason.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
@@ -103,6 +102,8 @@ pub(super) fn convert(
         }
     }
 
+    let version = lock.metadata_str("version").map(str::to_string);
+    let description = lock.metadata_str("description").map(str::to_string);
     let mut components = BTreeMap::new();
     for c in lock.components {
         let key = format!("component `{}`", c.id);
@@ -172,8 +173,8 @@ pub(super) fn convert(
         .collect();
     let app = App {
         name,
-        version: lock.metadata_str("version").map(str::to_string),
-        description: lock.metadata_str("description").map(str::to_string),
+        version,
+        description,
         variables,
         http_triggers,
         components,
