@@ -185,7 +185,7 @@ impl<'de> Deserialize<'de> for HttpExecutor {
 }
 
 /// A response the host sends without a component (Spin's `StaticResponse`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StaticResponse {
     /// Status code (200 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -51,8 +51,31 @@ pub fn run_in_container(app_dir: &Path, env: &[(String, String)]) -> anyhow::Res
 }
 
 /// Like [`run_in_container`] for an app already loaded (e.g. from a locked-app JSON).
-pub fn run_app(app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+/// `SPIN_COMPONENTS_TO_RETAIN` in `env` selects the components to serve
+/// ([`App::retain_components`]).
+pub fn run_app(mut app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
     init_tracing(env);
+    if let Some((_, v)) = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == app::COMPONENTS_TO_RETAIN_ENV)
+    {
+        let retain = app::parse_retain_list(v);
+        if !retain.is_empty() {
+            app.retain_components(&retain)?;
+            tracing::info!("selective deployment: serving components {retain:?}");
+        }
+    }
+    // spin-operator sets these from its OpenTelemetry settings; this runtime exports none.
+    for (k, _) in env
+        .iter()
+        .filter(|(k, _)| k.starts_with("OTEL_EXPORTER_OTLP_"))
+    {
+        tracing::warn!(
+            "{k} is set, but this runtime does not export OpenTelemetry traces, metrics or \
+             logs: telemetry is not sent (unset it in the SpinApp's executor to silence this)"
+        );
+    }
     let config = RuntimeConfig::from_env(app_dir, env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -7,6 +7,9 @@
 //! route is replaced by the later one (with a warning); private routes are not
 //! reachable; `/.well-known/spin/` is reserved for the built-in endpoints.
 
+use std::sync::Arc;
+
+use spin_app_format::trigger::StaticResponse;
 use spin_app_format::HttpRoute as Route;
 
 /// One HTTP trigger as the router sees it: the app's `[[trigger.http]]` entries that name
@@ -17,8 +20,10 @@ pub struct HttpTrigger {
     pub id: String,
     /// Where the trigger is reachable.
     pub route: Route,
-    /// Id of the component that handles the requests.
+    /// Id of the component that handles the requests (empty for a static response).
     pub component: String,
+    /// `static_response` (Spin 3.x): served by the host instead of a component.
+    pub static_response: Option<Arc<StaticResponse>>,
 }
 
 /// Prefix reserved for the runtime's built-in endpoints.
@@ -39,13 +44,16 @@ struct Entry {
     segments: Vec<Segment>,
     wildcard: bool,
     component: String,
+    static_response: Option<Arc<StaticResponse>>,
 }
 
 /// The result of routing one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteMatch {
-    /// The component that handles the request.
+    /// The component that handles the request (empty for a static response).
     pub component: String,
+    /// The trigger's `static_response`, served instead of a component.
+    pub static_response: Option<Arc<StaticResponse>>,
     /// The route as the app declared it, normalized (e.g. `/hello/...`): the
     /// `spin-matched-route` and `spin-raw-component-route` headers.
     pub route: String,
@@ -164,6 +172,7 @@ impl Router {
                 segments,
                 wildcard,
                 component: t.component.clone(),
+                static_response: t.static_response.clone(),
             };
             if let Some(existing) = entries
                 .iter_mut()
@@ -224,6 +233,7 @@ impl Router {
                 .to_string();
             return Some(RouteMatch {
                 component: e.component.clone(),
+                static_response: e.static_response.clone(),
                 route: e.normalized.clone(),
                 component_route,
                 path_info,
@@ -250,6 +260,7 @@ mod tests {
                     Route::Path(r.to_string())
                 },
                 component: c.to_string(),
+                static_response: None,
             })
             .collect();
         Router::build(&triggers).unwrap()

@@ -31,6 +31,25 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBod
     r
 }
 
+/// A trigger's `static_response` (status validated when the app was loaded; a header
+/// that is not valid HTTP is left out with a warning).
+fn static_response(sr: &crate::app::StaticResponse) -> Response<HyperOutgoingBody> {
+    let status = StatusCode::from_u16(sr.status()).unwrap_or(StatusCode::OK);
+    let mut r = text(status, sr.body.clone().unwrap_or_default());
+    for (name, value) in sr.headers.iter() {
+        match (
+            http::header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                r.headers_mut().append(n, v);
+            }
+            _ => tracing::warn!("static_response header {name:?} is not valid HTTP: left out"),
+        }
+    }
+    r
+}
+
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
@@ -65,6 +84,9 @@ async fn handle(
     let Some(route) = app.router.route(&path) else {
         return text(StatusCode::NOT_FOUND, "Not Found");
     };
+    if let Some(sr) = &route.static_response {
+        return static_response(sr);
+    }
     let Some(component) = app.components.get(&route.component).cloned() else {
         tracing::error!(component = %route.component, "routed to a component that is not loaded");
         return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");

@@ -91,9 +91,10 @@ fn manifest_v2_full_model() {
     assert_eq!(c.ai_models, ["llama2-chat"]);
     assert_eq!(c.variables["endpoint"], "https://{{region}}.example.com");
     let dests: Vec<&str> = c.files.iter().map(FileMount::destination).collect();
-    assert_eq!(dests, ["/static/a.txt", "/data"]);
+    // A directory placement is expanded file by file, as Spin's loader locks it.
+    assert_eq!(dests, ["/static/a.txt", "/data/d.txt"]);
     assert!(
-        matches!(&c.files[1], FileMount::Directory { source, .. } if source == &dir.path().join("data"))
+        matches!(&c.files[1], FileMount::File { content: Content::Path(p), .. } if p == &dir.path().join("data/d.txt"))
     );
 }
 
@@ -266,7 +267,7 @@ fn locked_json(dir: &Path, inline_file: bool) -> String {
                        "digest": "sha256:abc"},
             "env": {"MODE": "test"},
             "files": [file_entry,
-                      {"source": format!("file://{}", dir.join("data").display()), "path": "/data"}],
+                      {"source": format!("file://{}", dir.join("data/d.txt").display()), "path": "/data/d.txt"}],
             "config": {"key": "{{ api_key }}", "endpoint": "https://{{region}}.example.com"}
         }]
     })

@@ -45,6 +45,7 @@ fn one_component_app(source: &[u8]) -> App {
             id: "t".into(),
             route: Route::Path("/...".into()),
             component: "c".into(),
+            static_response: None,
         }],
         components: BTreeMap::from([("c".to_string(), component)]),
         oci_image_digest: None,

@@ -83,13 +83,6 @@ pub(super) fn convert(
             ),
             TriggerConfig::Http(h) => {
                 h.check(&t.id).map_err(|e| anyhow!("{origin}: {e}"))?;
-                if h.static_response.is_some() {
-                    bail!(
-                        "{origin}: http trigger `{}`: `static_response` is not supported by this \
-                         runtime; serve the content from a component",
-                        t.id
-                    );
-                }
                 match &h.executor {
                     None | Some(HttpExecutor::Http) => {}
                     Some(other) => bail!(
@@ -103,6 +96,7 @@ pub(super) fn convert(
                     id: t.id.clone(),
                     route: h.route,
                     component: h.component.unwrap_or_default(),
+                    static_response: h.static_response.map(Arc::new),
                 });
             }
         }

@@ -6,6 +6,7 @@
 //! [`App::from_locked`] turns the lock into this model, refusing what the runtime cannot run.
 
 mod locked;
+mod retain;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,8 @@ use std::sync::Arc;
 
 pub use crate::routing::HttpTrigger;
 pub use locked::{ContentResolver, FileUrlResolver};
+pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
+pub use spin_app_format::trigger::StaticResponse;
 pub use spin_app_format::manifest::template_references;
 pub use spin_app_format::ContentRef;
 /// The route of an HTTP trigger (the app format's `HttpRoute`).
@@ -189,7 +192,16 @@ impl App {
                 .map_err(|e| anyhow::anyhow!("{origin}: key `variables.{name}`: {e}"))?;
         }
         for trigger in &self.http_triggers {
-            if !self.components.contains_key(&trigger.component) {
+            if let Some(sr) = &trigger.static_response {
+                http::StatusCode::from_u16(sr.status()).map_err(|_| {
+                    anyhow::anyhow!(
+                        "{origin}: http trigger `{}`: static_response status_code {} is not an \
+                         HTTP status",
+                        trigger.id,
+                        sr.status()
+                    )
+                })?;
+            } else if !self.components.contains_key(&trigger.component) {
                 anyhow::bail!(
                     "{origin}: http trigger `{}` names component `{}`, which is not defined \
                      (add a [component.{}] table)",
