@@ -119,16 +119,18 @@ pub struct ShimExecutor {
     engines: Vec<Arc<dyn Engine>>,
 }
 
+/// A process's arguments.
+type Args = Vec<String>;
+/// A process's environment as name/value pairs.
+type EnvPairs = Vec<(String, String)>;
+
 impl ShimExecutor {
     /// An executor trying `engines` in order.
     pub fn new(engines: Vec<Arc<dyn Engine>>) -> Self {
         Self { engines }
     }
 
-    fn workload(
-        &self,
-        spec: &Spec,
-    ) -> Result<(Workload, Vec<String>, Vec<(String, String)>), String> {
+    fn workload(&self, spec: &Spec) -> Result<(Workload, Args, EnvPairs), String> {
         let (args, env) = spec_args_env(spec);
         let cwd = spec
             .process()

@@ -49,7 +49,7 @@ fn run() -> Result<()> {
     c.import(&tar, false)?;
     let app = c.run_spin_app(name, &[])?;
 
-    let (status, body) = app.get("/?op=sqlite3")?;
+    let (status, body) = plain_get(&app, "/?op=sqlite3")?;
     ensure!(status == 200, "sqlite3: {status} {body}");
     ensure!(
         body.contains("row=Some([Text(\"rex\"), Integer(3), Real(4.5), Blob([1, 2]), Null])"),
@@ -57,7 +57,7 @@ fn run() -> Result<()> {
     );
 
     let addr = servers::url_encode(&format!("redis://127.0.0.1:{}", redis.port));
-    let (status, body) = app.get(&format!("/?op=redis&addr={addr}"))?;
+    let (status, body) = plain_get(&app, &format!("/?op=redis&addr={addr}"))?;
     ensure!(status == 200, "redis: {status} {body}");
     ensure!(
         body.contains("get=Some(\"hello\")") && body.contains("smembers=[\"a\", \"c\"]"),
@@ -68,13 +68,13 @@ fn run() -> Result<()> {
         "postgres://postgres@127.0.0.1:{}/postgres",
         pg.port
     ));
-    let (status, body) = app.get(&format!("/?op=pg4&addr={addr}"))?;
+    let (status, body) = plain_get(&app, &format!("/?op=pg4&addr={addr}"))?;
     ensure!(status == 200, "pg4: {status} {body}");
     ensure!(
         body.contains("row0=[Str(\"widget\"), Int32(7)"),
         "pg4: {body}"
     );
-    let (status, body) = app.get(&format!("/?op=pg2&addr={addr}"))?;
+    let (status, body) = plain_get(&app, &format!("/?op=pg2&addr={addr}"))?;
     ensure!(
         status == 200 && body.contains("row=Some([Str(\"gizmo\"), Int64(-5)])"),
         "pg2: {status} {body}"
@@ -82,7 +82,7 @@ fn run() -> Result<()> {
 
     // Not in allowed_outbound_hosts: refused inside the container as by spin-serve.
     let denied = servers::url_encode(&format!("redis://127.0.0.1:{}", redis.port + 1));
-    let (status, body) = app.get(&format!("/?op=redis&addr={denied}"))?;
+    let (status, body) = plain_get(&app, &format!("/?op=redis&addr={denied}"))?;
     ensure!(
         status == 500 && body == "error: open: InvalidAddress",
         "denied redis: {status} {body}"
@@ -99,4 +99,27 @@ fn spin_host_interfaces_answer_through_the_shim_on_containerd_1_7() {
         return;
     };
     run().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// GET `path` and return its body with the `Type::` prefixes that wit-bindgen's Debug puts
+/// before variant names removed (`Value::Text` -> `Text`), so expectations read like the WIT.
+fn plain_get(app: &integration::SpinApp<'_>, path: &str) -> anyhow::Result<(u16, String)> {
+    let (status, body) = app.get(path)?;
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body.as_str();
+    while let Some(i) = rest.find("::") {
+        let (head, tail) = rest.split_at(i);
+        let start = head
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |j| j + 1);
+        if head[start..].starts_with(|c: char| c.is_ascii_uppercase()) {
+            out.push_str(&head[..start]);
+        } else {
+            out.push_str(head);
+            out.push_str("::");
+        }
+        rest = &tail[2..];
+    }
+    out.push_str(rest);
+    Ok((status, out))
 }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 pub use crate::routing::HttpTrigger;
 pub use locked::{ContentResolver, FileUrlResolver};
 pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
-pub use spin_app_format::trigger::StaticResponse;
 pub use spin_app_format::manifest::template_references;
+pub use spin_app_format::trigger::StaticResponse;
 pub use spin_app_format::ContentRef;
 /// The route of an HTTP trigger (the app format's `HttpRoute`).
 pub use spin_app_format::HttpRoute as Route;
