@@ -36,6 +36,7 @@ fmt:
 test: build apps lint
 	$(CARGO) test --release --workspace
 	@bash scripts/test-systemd.sh
+	@bash scripts/test-systemd-spinkube.sh
 
 test-unit: setup
 	$(CARGO) test --release --workspace --lib --bins
