@@ -149,6 +149,7 @@ fn static_response_from_locked_app() {
 /// A static-response route served over HTTP, next to the built-in health endpoint.
 #[test]
 fn static_response_is_served() {
+    let app_dir = tempfile::tempdir().unwrap();
     let app = App::from_manifest_str(
         r#"
 spin_manifest_version = 2
@@ -158,7 +159,7 @@ name = "static"
 route = "/robots.txt"
 static_response = { status_code = 201, headers = { x-a = "1" }, body = "no bots" }
 "#,
-        Path::new("/app"),
+        app_dir.path(),
         "spin.toml",
     )
     .unwrap();
