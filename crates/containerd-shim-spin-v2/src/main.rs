@@ -1,6 +1,8 @@
 //! `containerd-shim-spin-v2`: the containerd shim for runtime type `io.containerd.spin.v2`.
 //! Everything lives in `containerd-shim-wasm`; this binary plugs in the Spin engine.
 
+mod precompile;
+
 use std::path::Path;
 
 use containerd_shim_wasm::image::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
@@ -44,6 +46,7 @@ fn run_spin(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
 }
 
 fn main() {
+    containerd_shim_wasm::cache::set_precompiler(precompile::precompile);
     containerd_shim_wasm::run_shim("io.containerd.spin.v2", Some(run_spin));
 }
 

@@ -5,23 +5,31 @@
 //! gRPC API (the `-address` socket and namespace containerd gave the shim) for the
 //! container's image: containers service -> image name -> images service -> manifest
 //! (an index is resolved to its Wasm manifest) -> config and layers from the content
-//! service. Every blob's sha256 is verified. An image whose config says architecture
-//! `wasm` (or has the `application/vnd.wasm.config.v0+json` media type) is materialised in
-//! the rootfs under [`APP_DIR`]:
+//! service. An image whose config says architecture `wasm` (or has the
+//! `application/vnd.wasm.config.v0+json` media type) is materialised into a directory the
+//! shim owns under the container's state root (never into the rootfs, whose links the
+//! image chose), which the container then sees read-only at `/`[`APP_DIR`]:
 //! - `locked.json`: the locked-app layer (`application/vnd.fermyon.spin.application.v1+config`),
 //!   or, for the single-layer `application/wasm` form, a generated lock serving the
 //!   component at `/...`;
-//! - `blobs/<hex>`: every layer, every file of every archive layer (by its own sha256), and
-//!   every further digest the lock references (fetched from the content store);
+//! - `blobs/<hex>`: every non-rootfs layer, and every file of every archive layer (by its
+//!   own sha256);
 //! - `archives/<hex>/`: each `tar+gzip` archive layer, extracted;
 //! - `oci-image-digest`: the manifest digest, shown as `oci_image_digest` by the app's
 //!   `/.well-known/spin/info`.
 //!
-//! The Spin executor then runs the lock with digests resolved to those paths.
-//! Missing or corrupt content fails Create with an error naming the digest.
+//! Trust rules (the image is untrusted): digests must be `sha256:<64 hex>`; the lock may
+//! only reference layers the manifest lists or files inside its archive layers (never
+//! other content of the namespace); blobs are streamed to disk with their size and sha256
+//! checked; archives hold only regular files and directories and stay within
+//! [`crate::content::Limits`]. All writes go through [`crate::confined::Dir`].
+//! Missing, corrupt or refused content fails Create with an error naming the digest.
 
 use std::collections::BTreeSet;
 use std::io::Read;
+
+use crate::confined::Dir;
+use crate::content::{BlobWriter, Budget, Limits};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -53,7 +61,7 @@ pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// containerd's gRPC address (`-address` flag), set once by the shim.
 pub(crate) static CONTAINERD_ADDRESS: OnceLock<String> = OnceLock::new();
 
-mod proto {
+pub(crate) mod proto {
     //! The few containerd API messages the loader needs (field numbers as in containerd's
     //! `api/services/{containers,images,content}/v1/*.proto`; other fields are skipped).
     #[derive(Clone, PartialEq, prost::Message)]
@@ -218,9 +226,27 @@ impl Containerd {
     /// The blob `digest` from the content service, verified against its sha256.
     /// `what` names the blob for errors (e.g. "layer 2 of image x").
     pub async fn read_blob(&self, digest: &str, what: &str) -> anyhow::Result<Vec<u8>> {
-        let Some(hex_digest) = digest.strip_prefix("sha256:") else {
-            bail!("{what}: digest {digest:?} is not a sha256 digest");
-        };
+        let hex_digest = crate::content::sha256_hex(digest).with_context(|| what.to_string())?;
+        let mut data = Vec::new();
+        self.stream_blob(digest, what, |chunk| {
+            data.extend_from_slice(chunk);
+            Ok(())
+        })
+        .await?;
+        verify(&data, hex_digest, what)?;
+        Ok(data)
+    }
+
+    /// Streams the blob `digest` from the content service to `sink`, chunk by chunk, as
+    /// containerd sends it (unverified: the sink checks size and digest). `what` names the
+    /// blob for errors.
+    pub async fn stream_blob(
+        &self,
+        digest: &str,
+        what: &str,
+        mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        crate::content::sha256_hex(digest).with_context(|| what.to_string())?;
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         grpc.ready()
             .await
@@ -253,12 +279,10 @@ impl Containerd {
             .await
             .map_err(missing)?
             .into_inner();
-        let mut data = Vec::new();
         while let Some(chunk) = stream.message().await.map_err(missing)? {
-            data.extend_from_slice(&chunk.data);
+            sink(&chunk.data)?;
         }
-        verify(&data, hex_digest, what)?;
-        Ok(data)
+        Ok(())
     }
 }
 
@@ -278,9 +302,10 @@ fn verify(data: &[u8], hex_digest: &str, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether the container is an artifact candidate: command `/` without `/spin.toml`.
-pub fn wants_artifact(args: &[String], rootfs: &Path) -> bool {
-    args.len() == 1 && args[0] == "/" && !rootfs.join("spin.toml").is_file()
+/// Whether the container is an artifact candidate: command `/` and no `/spin.toml` in
+/// the rootfs (looked up as the container would see it, links confined to the rootfs).
+pub fn wants_artifact(args: &[String], rootfs: &Dir) -> bool {
+    args.len() == 1 && args[0] == "/" && rootfs.open_in_root(Path::new("spin.toml")).is_err()
 }
 
 /// What [`materialise`] found.
@@ -290,16 +315,91 @@ pub struct Materialised {
     pub image: String,
     /// The image's manifest digest.
     pub manifest_digest: String,
+    /// The locked app as materialised.
+    pub locked: Vec<u8>,
+}
+
+/// A descriptor as the manifest or index gives it: digest checked, size non-negative.
+fn descriptor(v: &serde_json::Value, what: &str) -> anyhow::Result<proto::Descriptor> {
+    let digest = v["digest"]
+        .as_str()
+        .with_context(|| format!("{what}: descriptor without a digest"))?;
+    crate::content::sha256_hex(digest).with_context(|| what.to_string())?;
+    let size = v["size"]
+        .as_i64()
+        .filter(|s| *s >= 0)
+        .with_context(|| format!("{what}: descriptor of {digest} without a valid size"))?;
+    Ok(proto::Descriptor {
+        media_type: v["mediaType"].as_str().unwrap_or_default().into(),
+        digest: digest.into(),
+        size,
+    })
+}
+
+impl Containerd {
+    /// Reads a JSON document (index, manifest, config) of at most
+    /// [`crate::content::MAX_JSON_BYTES`], checking its size and digest against `desc`.
+    async fn read_json(
+        &self,
+        desc: &proto::Descriptor,
+        what: &str,
+    ) -> anyhow::Result<serde_json::Value> {
+        let hex_digest =
+            crate::content::sha256_hex(&desc.digest).with_context(|| what.to_string())?;
+        if desc.size < 0 || desc.size as u64 > crate::content::MAX_JSON_BYTES {
+            bail!(
+                "{what}: {} states {} bytes; JSON documents over {} bytes are refused",
+                desc.digest,
+                desc.size,
+                crate::content::MAX_JSON_BYTES
+            );
+        }
+        let mut data = Vec::new();
+        self.stream_blob(&desc.digest, what, |chunk| {
+            if (data.len() + chunk.len()) as i64 > desc.size {
+                bail!(
+                    "{what}: content {} is larger than the {} bytes its descriptor states",
+                    desc.digest,
+                    desc.size
+                );
+            }
+            data.extend_from_slice(chunk);
+            Ok(())
+        })
+        .await?;
+        verify(&data, hex_digest, what)?;
+        serde_json::from_slice(&data).with_context(|| format!("{what}: not JSON"))
+    }
+
+    /// Streams blob `desc` into `dir` as `<hex>` (size and digest checked as it goes).
+    async fn write_blob(
+        &self,
+        desc: &proto::Descriptor,
+        dir: &Dir,
+        budget: &mut Budget,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let mut w = BlobWriter::new(dir, &desc.digest, desc.size, what)?;
+        self.stream_blob(&desc.digest, what, |chunk| w.write(chunk, budget))
+            .await?;
+        w.finish()?;
+        Ok(())
+    }
 }
 
 /// Reads container `id`'s image from containerd and, if it is a Wasm/Spin artifact,
-/// writes it under `rootfs/`[`APP_DIR`]. Returns None for images that are not Wasm
-/// artifacts (the rootfs is left alone).
+/// writes it into `app_dir` (a new directory the shim owns, outside the container's
+/// rootfs; see the module docs). Returns None for images that are not Wasm artifacts.
+///
+/// Only `sha256:<64 hex>` digests are accepted, and the lock may only reference layers
+/// the manifest lists (or files inside its archive layers); every blob is streamed to
+/// disk with its size and sha256 checked; archive layers are extracted off the async
+/// workers within [`Limits`]. Errors name the image, the layer and the rule.
 pub async fn materialise(
     address: &str,
     namespace: &str,
     id: &str,
-    rootfs: &Path,
+    app_dir: &Path,
 ) -> anyhow::Result<Option<Materialised>> {
     let cd = Containerd::connect(address, namespace).await?;
     let image = cd.container_image(id).await?;
@@ -308,12 +408,13 @@ pub async fn materialise(
     }
     let target = cd.image_target(&image).await?;
     let what = |s: &str| format!("{s} of image {image}");
-    let mut manifest_desc = target.clone();
-    let mut manifest_bytes = cd
-        .read_blob(&target.digest, &what("the manifest or index"))
+    let mut manifest_desc = descriptor(
+        &serde_json::json!({"digest": target.digest, "size": target.size, "mediaType": target.media_type}),
+        &what("the image target"),
+    )?;
+    let mut manifest = cd
+        .read_json(&manifest_desc, &what("the manifest or index"))
         .await?;
-    let mut manifest: serde_json::Value = serde_json::from_slice(&manifest_bytes)
-        .with_context(|| format!("{}: not JSON", what("the manifest")))?;
     if manifest.get("manifests").is_some() {
         let entries = manifest["manifests"]
             .as_array()
@@ -332,46 +433,86 @@ pub async fn materialise(
         let Some(pick) = pick else {
             return Ok(None);
         };
-        manifest_desc = proto::Descriptor {
-            media_type: pick["mediaType"].as_str().unwrap_or_default().into(),
-            digest: pick["digest"].as_str().unwrap_or_default().into(),
-            size: pick["size"].as_i64().unwrap_or_default(),
-        };
-        manifest_bytes = cd
-            .read_blob(&manifest_desc.digest, &what("the Wasm manifest"))
+        manifest_desc = descriptor(pick, &what("the index's Wasm manifest"))?;
+        manifest = cd
+            .read_json(&manifest_desc, &what("the Wasm manifest"))
             .await?;
-        manifest = serde_json::from_slice(&manifest_bytes)
-            .with_context(|| format!("{}: not JSON", what("the manifest")))?;
     }
-    let config_desc = &manifest["config"];
-    let config_digest = config_desc["digest"]
-        .as_str()
-        .with_context(|| format!("{} has no config digest", what("the manifest")))?;
-    let config_mt = config_desc["mediaType"].as_str().unwrap_or_default();
-    let config = cd.read_blob(config_digest, &what("the config")).await?;
-    let config: serde_json::Value = serde_json::from_slice(&config).unwrap_or_default();
-    if config_mt != MEDIA_TYPE_WASM_CONFIG && config["architecture"] != "wasm" {
+    let config_desc = descriptor(&manifest["config"], &what("the config"))?;
+    let config = cd.read_json(&config_desc, &what("the config")).await?;
+    if config_desc.media_type != MEDIA_TYPE_WASM_CONFIG && config["architecture"] != "wasm" {
         return Ok(None);
     }
     let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
-    let app = rootfs.join(APP_DIR);
-    let blobs = app.join(BLOBS_DIR);
-    std::fs::create_dir_all(&blobs).with_context(|| format!("create {}", blobs.display()))?;
+    let limits = Limits::from_env()?;
+    let mut budget = Budget::new(limits);
+    let app = Dir::create(app_dir)?;
+    let blobs = app.create_dir_all(Path::new(BLOBS_DIR))?;
+    let archives = app.create_dir_all(Path::new(ARCHIVES_DIR))?;
+    // Digests the lock may reference: layers and files inside archive layers.
+    let mut listed: BTreeSet<String> = BTreeSet::new();
     let mut locked: Option<Vec<u8>> = None;
     let mut wasm_layer: Option<String> = None;
     for (i, l) in layers.iter().enumerate() {
-        let digest = l["digest"].as_str().unwrap_or_default();
-        let mt = l["mediaType"].as_str().unwrap_or_default();
-        let data = cd
-            .read_blob(digest, &what(&format!("layer {i} ({mt})")))
-            .await?;
-        let hex_digest = &digest["sha256:".len()..];
-        write_new(&blobs.join(hex_digest), &data)?;
-        match mt {
-            MEDIA_TYPE_LOCKED_APP => locked = Some(data),
-            MEDIA_TYPE_ARCHIVE_LAYER => extract_archive(&data, hex_digest, &app)
-                .with_context(|| what(&format!("archive layer {digest}")))?,
-            MEDIA_TYPE_WASM => wasm_layer = Some(digest.to_string()),
+        let layer_what = what(&format!(
+            "layer {i} ({})",
+            l["mediaType"].as_str().unwrap_or("no media type")
+        ));
+        let desc = descriptor(l, &layer_what)?;
+        let hex_digest = desc.digest["sha256:".len()..].to_string();
+        // A tar rootfs layer (containerd unpacks those into the rootfs) is not app content.
+        if desc
+            .media_type
+            .starts_with("application/vnd.oci.image.layer.")
+            || desc
+                .media_type
+                .starts_with("application/vnd.docker.image.rootfs.")
+        {
+            continue;
+        }
+        if !blobs.contains(&hex_digest) {
+            cd.write_blob(&desc, &blobs, &mut budget, &layer_what)
+                .await?;
+        }
+        listed.insert(desc.digest.clone());
+        match desc.media_type.as_str() {
+            MEDIA_TYPE_LOCKED_APP => {
+                let f = blobs.open_file(Path::new(&hex_digest))?;
+                let mut data = Vec::new();
+                f.take(crate::content::MAX_JSON_BYTES + 1)
+                    .read_to_end(&mut data)?;
+                if data.len() as u64 > crate::content::MAX_JSON_BYTES {
+                    bail!(
+                        "{layer_what}: the locked app is over {} bytes",
+                        crate::content::MAX_JSON_BYTES
+                    );
+                }
+                locked = Some(data);
+            }
+            MEDIA_TYPE_ARCHIVE_LAYER => {
+                let src = blobs.open_file(Path::new(&hex_digest))?;
+                let dest = archives.create_dir_all(Path::new(&hex_digest))?;
+                let blobs2 = blobs.try_clone()?;
+                let w = layer_what.clone();
+                // Inflating is CPU-bound and blocking: keep it off the async workers.
+                let (res, b) = tokio::task::spawn_blocking(move || {
+                    let r = crate::content::extract_tar_gz(
+                        std::io::BufReader::new(src),
+                        &dest,
+                        &blobs2,
+                        &mut budget,
+                        &w,
+                    );
+                    (r, budget)
+                })
+                .await
+                .context("archive extraction task failed")?;
+                budget = b;
+                for d in res?.file_digests {
+                    listed.insert(format!("sha256:{d}"));
+                }
+            }
+            MEDIA_TYPE_WASM => wasm_layer = Some(desc.digest.clone()),
             _ => {}
         }
     }
@@ -382,31 +523,36 @@ pub async fn materialise(
             "image {image} has a Wasm config but no locked-app layer ({MEDIA_TYPE_LOCKED_APP}) nor a single {MEDIA_TYPE_WASM} layer"
         ),
     };
-    // Every digest the lock needs must be present: fetch the rest from the content store.
     let lock_json: serde_json::Value = serde_json::from_slice(&locked)
         .with_context(|| format!("image {image}: the locked-app layer is not JSON"))?;
     for d in referenced_digests(&lock_json) {
-        let Some(hex_digest) = d.strip_prefix("sha256:") else {
-            bail!("image {image}: the lock references {d:?}, not a sha256 digest");
-        };
-        let path = blobs.join(hex_digest);
-        if !path.exists() {
-            let data = cd
-                .read_blob(&d, &what("content referenced by the locked app"))
-                .await?;
-            write_new(&path, &data)?;
+        crate::content::sha256_hex(&d)
+            .with_context(|| format!("image {image}: the locked app references content {d:?}"))?;
+        if !listed.contains(&d) {
+            bail!(
+                "image {image}: the locked app references content {d}, which is missing from the image: its manifest lists no such layer (missing component or file layer)"
+            );
         }
     }
-    write_new(&app.join(DIGEST_FILE), manifest_desc.digest.as_bytes())?;
-    write_new(&app.join(LOCKED_FILE), &locked)?;
+    let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
+        let mut f = app.create_file(name, 0o644)?;
+        std::io::Write::write_all(&mut f, data)
+            .with_context(|| format!("write {}", app.path().join(name).display()))
+    };
+    write(DIGEST_FILE, manifest_desc.digest.as_bytes())?;
+    write(LOCKED_FILE, &locked)?;
+    tracing::debug!(image = %image, bytes = budget.bytes(), "artifact materialised");
     Ok(Some(Materialised {
         image,
         manifest_digest: manifest_desc.digest,
+        locked,
     }))
 }
 
-/// The digests of content the lock does not inline (component sources and files).
-fn referenced_digests(lock: &serde_json::Value) -> BTreeSet<String> {
+/// The digests of content the lock does not inline (component sources and files; a
+/// file entry carries its reference flattened, as Spin's `ContentPath` does, or under
+/// `content`).
+pub fn referenced_digests(lock: &serde_json::Value) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut add = |c: &serde_json::Value| {
         if c.get("inline").is_none() && c.get("source").is_none() {
@@ -418,6 +564,7 @@ fn referenced_digests(lock: &serde_json::Value) -> BTreeSet<String> {
     for comp in lock["components"].as_array().into_iter().flatten() {
         add(&comp["source"]);
         for f in comp["files"].as_array().into_iter().flatten() {
+            add(f);
             add(&f["content"]);
         }
     }
@@ -447,52 +594,12 @@ pub fn single_component_lock(image: &str, digest: &str) -> Vec<u8> {
     .expect("static JSON")
 }
 
-/// Extracts a tar+gzip layer to `app/archives/<hex>/` and stores each regular file as a
-/// blob by its own digest (locks reference archive files by digest).
-fn extract_archive(data: &[u8], hex_digest: &str, app: &Path) -> anyhow::Result<()> {
-    let dest = app.join(ARCHIVES_DIR).join(hex_digest);
-    std::fs::create_dir_all(&dest)?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(data));
-    for entry in ar.entries().context("not a tar+gzip archive")? {
-        let mut entry = entry.context("corrupt tar entry")?;
-        let path = entry.path()?.into_owned();
-        if path.components().any(|c| {
-            !matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        }) {
-            bail!("archive entry {} escapes the archive", path.display());
-        }
-        if entry.header().entry_type().is_dir() {
-            std::fs::create_dir_all(dest.join(&path))?;
-            continue;
-        }
-        if !entry.header().entry_type().is_file() {
-            continue;
-        }
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes)?;
-        let target = dest.join(&path);
-        if let Some(p) = target.parent() {
-            std::fs::create_dir_all(p)?;
-        }
-        std::fs::write(&target, &bytes)?;
-        write_new(&app.join(BLOBS_DIR).join(sha256_hex(&bytes)), &bytes)?;
-    }
-    Ok(())
-}
-
-fn write_new(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    std::fs::write(path, data).with_context(|| format!("write {}", path.display()))
-}
-
 /// Maps a locked-app digest to the materialised file (or extracted archive directory)
-/// under `app_dir` (the container's `/`[`APP_DIR`]).
+/// under `app_dir` (the container's `/`[`APP_DIR`]). Only `sha256:<64 hex>` digests are
+/// accepted.
 pub fn blob_path(app_dir: &Path, digest: &str) -> anyhow::Result<PathBuf> {
-    let hex_digest = digest
-        .strip_prefix("sha256:")
-        .with_context(|| format!("content digest {digest:?} is not a sha256 digest"))?;
+    let hex_digest = crate::content::sha256_hex(digest)
+        .with_context(|| "content referenced by the locked app".to_string())?;
     let archive = app_dir.join(ARCHIVES_DIR).join(hex_digest);
     if archive.is_dir() {
         return Ok(archive);
@@ -527,39 +634,31 @@ mod tests {
         let lock = serde_json::json!({"components": [{
         "source": {"digest": "sha256:aa"},
         "files": [
-            {"content": {"digest": "sha256:bb", "inline": "eA"}, "path": "/a"},
-            {"content": {"digest": "sha256:cc"}, "path": "/b"},
+            {"digest": "sha256:bb", "inline": "eA", "path": "/a"},
+            {"digest": "sha256:cc", "path": "/b"},
+            {"content": {"digest": "sha256:dd"}, "path": "/c"},
         ]}]});
         let d: Vec<_> = referenced_digests(&lock).into_iter().collect();
-        assert_eq!(d, ["sha256:aa", "sha256:cc"]);
+        assert_eq!(d, ["sha256:aa", "sha256:cc", "sha256:dd"]);
     }
 
     #[test]
-    fn archive_files_become_blobs() {
+    fn blob_paths_are_digests_only() {
         let dir = tempfile::tempdir().unwrap();
-        let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_gnu();
-        h.set_size(5);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, "static/a.txt", &b"hello"[..])
-            .unwrap();
-        let tar = b.into_inner().unwrap();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut gz, &tar).unwrap();
-        let gz = gz.finish().unwrap();
+        let hex = sha256_hex(b"hello");
         std::fs::create_dir_all(dir.path().join(BLOBS_DIR)).unwrap();
-        extract_archive(&gz, "ff", dir.path()).unwrap();
-        let d = format!("sha256:{}", sha256_hex(b"hello"));
+        std::fs::write(dir.path().join(BLOBS_DIR).join(&hex), b"hello").unwrap();
+        let d = format!("sha256:{hex}");
         assert_eq!(
             std::fs::read(blob_path(dir.path(), &d).unwrap()).unwrap(),
             b"hello"
         );
-        assert!(blob_path(dir.path(), "sha256:ff")
-            .unwrap()
-            .join("static/a.txt")
-            .is_file());
-        let e = blob_path(dir.path(), "sha256:00").unwrap_err().to_string();
-        assert!(e.contains("sha256:00"), "{e}");
+        for bad in ["sha256:/", "sha256:../x", "sha256:../../etc/passwd"] {
+            let e = format!("{:#}", blob_path(dir.path(), bad).unwrap_err());
+            assert!(e.contains("sha256:<64"), "{bad}: {e}");
+        }
+        let missing = format!("sha256:{}", sha256_hex(b"other"));
+        let e = blob_path(dir.path(), &missing).unwrap_err().to_string();
+        assert!(e.contains(&missing), "{e}");
     }
 }

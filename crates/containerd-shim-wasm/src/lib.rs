@@ -23,6 +23,8 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod confined;
+pub mod content;
 pub mod executor;
 pub mod image;
 pub mod logging;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use cgroup_placement::{Host, Placement};
 use containerd_shim::asynchronous::monitor::monitor_subscribe;
@@ -285,7 +286,8 @@ impl Service {
             }
             std::fs::create_dir_all(&persisted.state_root)?;
             persisted.save(&bundle)?;
-            self.prepare_spin(&req.id, &bundle, &mut spec).await?;
+            self.prepare_spin(&req.id, &bundle, &persisted.state_root, &mut spec)
+                .await?;
             let zreq = zygote::CreateRequest {
                 bundle: bundle.clone(),
                 state_root: persisted.state_root.clone(),
@@ -329,12 +331,15 @@ impl Service {
 
 impl Service {
     /// For command `/`: materialises a Spin OCI artifact from containerd's content store
-    /// into the rootfs (if the rootfs has no `/spin.toml`) and attaches the shared compile
-    /// cache; saves the spec again. Other containers are left alone.
+    /// (if the rootfs has no `/spin.toml`) into the shim-owned [`SPIN_APP_DIR`] under the
+    /// container's state root, compiles the app's components into the node's cache, and
+    /// gives the container read-only access to both (see [`crate::cache`]); saves the spec
+    /// again. Other containers are left alone.
     async fn prepare_spin(
         &self,
         id: &str,
         bundle: &std::path::Path,
+        state_root: &std::path::Path,
         spec: &mut libcontainer::oci_spec::runtime::Spec,
     ) -> anyhow::Result<()> {
         let args = spec
@@ -351,7 +356,16 @@ impl Service {
             .map(|r| r.path().clone())
             .unwrap_or_else(|| PathBuf::from("rootfs"));
         let rootfs = bundle.join(root);
-        if crate::image::wants_artifact(&args, &rootfs) {
+        let rootfs_dir = crate::confined::Dir::open(&rootfs)?;
+        if rootfs_dir.exists_in_root(Path::new(crate::image::APP_DIR))? {
+            anyhow::bail!(
+                "container {id}: the image has /{}, a path the shim reserves for the Spin app it mounts read-only; remove it from the image",
+                crate::image::APP_DIR
+            );
+        }
+        let app_dir = state_root.join(SPIN_APP_DIR);
+        let mut source = None;
+        if crate::image::wants_artifact(&args, &rootfs_dir) {
             let address = crate::image::CONTAINERD_ADDRESS
                 .get()
                 .cloned()
@@ -360,22 +374,42 @@ impl Service {
                 !address.is_empty(),
                 "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
             );
-            match crate::image::materialise(&address, &self.inner.namespace, id, &rootfs).await? {
-                Some(m) => tracing::info!(
-                    id,
-                    image = %m.image,
-                    manifest = %m.manifest_digest,
-                    "Spin artifact materialised from the content store"
-                ),
+            match crate::image::materialise(&address, &self.inner.namespace, id, &app_dir).await? {
+                Some(m) => {
+                    tracing::info!(
+                        id,
+                        image = %m.image,
+                        manifest = %m.manifest_digest,
+                        "Spin artifact materialised from the content store"
+                    );
+                    source = Some(crate::cache::AppSource::Locked {
+                        lock: m.locked,
+                        app_dir: app_dir.clone(),
+                    });
+                }
                 None => tracing::debug!(id, "image is not a Wasm artifact"),
             }
+        } else {
+            source = Some(crate::cache::AppSource::Manifest {
+                rootfs: rootfs.clone(),
+            });
         }
-        let dir = crate::cache::attach(spec)?;
-        tracing::debug!(id, dir = %dir.display(), "compile cache attached");
+        let entries = match source {
+            Some(s) => crate::cache::precompile(s)
+                .await
+                .with_context(|| format!("container {id}: compiling the Spin app"))?,
+            None => Vec::new(),
+        };
+        crate::cache::attach(spec, &app_dir, &entries)?;
+        tracing::debug!(id, entries = entries.len(), "compiled components attached");
         spec.save(bundle.join("config.json"))
             .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))
     }
 }
+
+/// The shim-owned directory (under a container's state root) holding its Spin app and
+/// the mount points of its compiled components.
+pub const SPIN_APP_DIR: &str = "spin-app";
 
 /// Puts the placement's path into the spec youki reads, and drops resource settings
 /// whose controller the host lacks (logged).

@@ -36,6 +36,7 @@
 //! oci-image-builder inspect a.tar     # verifies every digest, prints index/manifest/config
 //! ```
 
+pub mod hostile;
 pub mod rootfs;
 pub mod spin;
 

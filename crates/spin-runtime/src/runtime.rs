@@ -102,7 +102,9 @@ pub fn engine() -> anyhow::Result<&'static Engine> {
     Ok(ENGINE.get_or_init(|| engine))
 }
 
-fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
+/// An engine with the runtime's configuration; `pooling` only changes how instances are
+/// allocated, never the compiled code (so both produce interchangeable artifacts).
+pub(crate) fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     if pooling {

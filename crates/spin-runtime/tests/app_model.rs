@@ -187,6 +187,18 @@ fn manifest_errors_name_file_key_and_reason() {
             "[component.c]\nsource = \"c.wasm\"\nfiles = [\"../outside/*\"]\n",
             &["component.c.files", "inside"],
         ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"/etc\", destination = \"/etc\" }]\n",
+            &["component.c.files", "source `/etc`", "stays inside"],
+        ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"../..\", destination = \"/up\" }]\n",
+            &["component.c.files", "source `../..`", "stays inside"],
+        ),
+        (
+            "[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"c.wasm\", destination = \"/a/../../b\" }]\n",
+            &["component.c.files", "destination `/a/../../b`", "`..`"],
+        ),
         ("[component.c]\nsource = \"c.wasm\"\nai_models = [\"llama2-chat\"]\n", &["ai_models"]),
         ("this is = not toml = at all", &["invalid TOML"]),
     ];

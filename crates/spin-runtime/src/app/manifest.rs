@@ -278,6 +278,32 @@ pub(super) fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<App
     Ok(app)
 }
 
+/// The Wasm source path of every component of manifest `text` (as written, relative to
+/// the manifest's directory), named `component.<id>` or `trigger.http[<n>].component`,
+/// without touching the filesystem: for a host that must read the files itself (the shim
+/// reads them from a container's rootfs, confined to it).
+pub(super) fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let manifest: ManifestToml =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+    let mut out = Vec::new();
+    for (id, c) in manifest.component {
+        if let SourceToml::Path(p) = c.source {
+            out.push((format!("component.{id}"), p));
+        }
+    }
+    if let Some(http) = manifest.trigger.get("http") {
+        let entries: Vec<HttpTriggerToml> = http.clone().try_into().unwrap_or_default();
+        for (index, t) in entries.into_iter().enumerate() {
+            if let Some(ComponentRefToml::Inline(c)) = t.component {
+                if let SourceToml::Path(p) = c.source {
+                    out.push((format!("trigger.http[{index}].component"), p));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn suffix(index: usize) -> String {
     if index == 0 {
         String::new()
@@ -391,6 +417,20 @@ pub(super) fn convert_http_host(host: &str) -> String {
     }
 }
 
+/// A `{ source, destination }` mount must name a source inside the app directory
+/// (relative, no `..`) and a guest path without `..`.
+fn check_inside(source: &str, destination: &str) -> Result<(), String> {
+    if Path::new(source).is_absolute() || source.split('/').any(|s| s == "..") {
+        return Err(format!(
+            "source `{source}` must be a path relative to the manifest directory that stays inside it (no leading `/`, no `..`)"
+        ));
+    }
+    if destination.split('/').any(|s| s == "..") {
+        return Err(format!("destination `{destination}` must not contain `..`"));
+    }
+    Ok(())
+}
+
 /// Expands `files` into mounts: glob patterns become individual files at the same
 /// relative path under `/`; `{ source, destination }` mounts a directory (or a file).
 fn expand_files(
@@ -454,6 +494,8 @@ fn expand_files(
                 if !destination.starts_with('/') {
                     bail!("{origin}: key `{key}.files`: destination `{destination}` must be an absolute guest path such as `/data`");
                 }
+                check_inside(source, destination)
+                    .map_err(|e| anyhow!("{origin}: key `{key}.files`: {e}"))?;
                 let path = base.join(source);
                 if path.is_dir() {
                     mounts.push(FileMount::Directory {

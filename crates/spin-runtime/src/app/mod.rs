@@ -175,6 +175,15 @@ impl App {
         locked::parse(bytes, resolver)
     }
 
+    /// The Wasm source paths (as written) of a manifest's components, keyed by where
+    /// they are declared; reads nothing from disk.
+    pub fn manifest_component_sources(
+        text: &str,
+        origin: &str,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        manifest::component_sources(text, origin)
+    }
+
     /// The component with this id.
     pub fn component(&self, id: &str) -> Option<&Component> {
         self.components.get(id)
