@@ -58,6 +58,11 @@ pub const MEDIA_TYPE_WASM: &str = "application/wasm";
 /// Config media type of the single-layer form.
 pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 
+/// How long connecting to containerd's gRPC socket may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Deadline of each request to containerd (a blob read streams the whole blob).
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// containerd's gRPC address (`-address` flag), set once by the shim.
 pub(crate) static CONTAINERD_ADDRESS: OnceLock<String> = OnceLock::new();
 
@@ -139,7 +144,7 @@ impl Containerd {
         let p = path.clone();
         // The URI is a placeholder: the connector always dials the Unix socket.
         let channel = Endpoint::try_from("http://[::]:50051")?
-            .connect_timeout(std::time::Duration::from_secs(10))
+            .connect_timeout(CONNECT_TIMEOUT)
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let p = p.clone();
                 async move {
@@ -168,7 +173,7 @@ impl Containerd {
                 .parse()
                 .with_context(|| format!("namespace {:?} is not a valid header", self.namespace))?,
         );
-        req.set_timeout(std::time::Duration::from_secs(60));
+        req.set_timeout(REQUEST_TIMEOUT);
         Ok(req)
     }
 

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use cgroup_placement::Placement;
 
+/// How often the cgroup v2 watcher reads `memory.events` (v2 has no OOM eventfd).
+const V2_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Reads the `oom_kill` counter from a `memory.oom_control` (v1) or `memory.events` (v2)
 /// body.
 pub fn oom_kill_count(body: &str) -> u64 {
@@ -88,7 +91,7 @@ fn watch_v2(dir: PathBuf, on_oom: &dyn Fn()) {
             on_oom();
             seen = now;
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(V2_POLL_INTERVAL);
     }
 }
 

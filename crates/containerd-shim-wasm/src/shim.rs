@@ -100,7 +100,7 @@ impl Shim for SpinShim {
         }
         Ok(DeleteResponse {
             pid: pid as u32,
-            exit_status: 137,
+            exit_status: state::KILLED_EXIT_STATUS,
             exited_at: MessageField::some(Timestamp::now()),
             ..Default::default()
         })

@@ -18,6 +18,18 @@ pub const STATE_FILE: &str = "spin-shim-state.json";
 /// `SPIN_SHIM_STATE_DIR` (keep it short: unix socket paths must stay under 108 bytes).
 pub const DEFAULT_STATE_DIR: &str = "/run/spin-shim";
 
+/// Exit status reported for a task whose exit was never seen (killed by the shim): 128 +
+/// SIGKILL, as runc's shim reports.
+pub const KILLED_EXIT_STATUS: u32 = 128 + libc::SIGKILL as u32;
+
+/// Upper bound on stacked mounts [`unmount_rootfs`] takes off the rootfs mount point.
+const MAX_STACKED_MOUNTS: usize = 16;
+
+/// [`kill_all`] signals the cgroup's processes up to this many times ...
+const KILL_ALL_ROUNDS: usize = 50;
+/// ... this far apart (about a second in all).
+const KILL_ALL_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Per-container state saved in the bundle.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Persisted {
@@ -91,7 +103,7 @@ pub fn mount_rootfs(
 
 /// Unmounts everything mounted at `target` (lazily, stacked mounts included).
 pub fn unmount_rootfs(target: &Path) {
-    for _ in 0..16 {
+    for _ in 0..MAX_STACKED_MOUNTS {
         if nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH).is_err() {
             break;
         }
@@ -102,7 +114,7 @@ pub fn unmount_rootfs(target: &Path) {
 /// empty. Returns the pids that were signalled.
 pub fn kill_all(placement: &Placement) -> Vec<i32> {
     let mut killed = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..KILL_ALL_ROUNDS {
         let pids = placement.pids().unwrap_or_default();
         if pids.is_empty() {
             break;
@@ -116,7 +128,7 @@ pub fn kill_all(placement: &Placement) -> Vec<i32> {
                 killed.push(pid);
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(KILL_ALL_INTERVAL);
     }
     killed
 }

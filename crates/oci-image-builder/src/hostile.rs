@@ -83,15 +83,17 @@ pub fn gzip(data: &[u8]) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// A tar+gzip holding one file `name` of `inflated` zero bytes, compressed as it is
-/// written (the result is about a thousandth of `inflated`).
-pub fn gzip_bomb(name: &str, inflated: u64) -> Result<Vec<u8>> {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+/// A tar+gzip of `files` files `<name>-<n>`, each of `each` zero bytes, compressed as it
+/// is written (the result is about a thousandth of the inflated size).
+pub fn gzip_bomb(name: &str, files: usize, each: u64) -> Result<Vec<u8>> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     {
         let mut b = tar::Builder::new(&mut gz);
-        let mut h = header(tar::EntryType::Regular, name, inflated, 0o644)?;
-        h.set_cksum();
-        b.append(&h, std::io::Read::take(std::io::repeat(0), inflated))?;
+        for i in 0..files {
+            let mut h = header(tar::EntryType::Regular, &format!("{name}-{i}"), each, 0o644)?;
+            h.set_cksum();
+            b.append(&h, std::io::Read::take(std::io::repeat(0), each))?;
+        }
         b.finish()?;
     }
     Ok(gz.finish()?)
@@ -179,11 +181,12 @@ mod tests {
 
     #[test]
     fn bomb_is_small_and_inflates() {
-        let gz = gzip_bomb("zeros", 32 << 20).unwrap();
+        let gz = gzip_bomb("zeros", 1, 32 << 20).unwrap();
         assert!(gz.len() < 64 << 10, "{} bytes", gz.len());
         let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(&gz[..]));
         let mut e = ar.entries().unwrap().next().unwrap().unwrap();
         assert_eq!(e.header().size().unwrap(), 32 << 20);
+        assert_eq!(e.path_bytes().as_ref(), b"zeros-0");
         let mut n = 0u64;
         let mut buf = vec![0; 1 << 16];
         loop {

@@ -30,6 +30,21 @@ pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
 /// allocator (for hosts that limit virtual address space).
 pub const POOLING_ENV: &str = "SPIN_SHIM_POOLING";
 
+/// How long a shutting-down app may finish in-flight requests before they are dropped.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pooling allocator capacity of the process: live instances, memories and tables at once
+/// (each request instantiates its component); an instantiation beyond it fails.
+mod pool_limits {
+    pub const COMPONENT_INSTANCES: u32 = 1000;
+    pub const CORE_INSTANCES: u32 = 4000;
+    pub const MEMORIES: u32 = 2000;
+    pub const TABLES: u32 = 4000;
+    pub const MEMORIES_PER_COMPONENT: u32 = 4;
+    pub const TABLES_PER_COMPONENT: u32 = 8;
+    pub const CORE_INSTANCES_PER_COMPONENT: u32 = 50;
+}
+
 /// How to run an app; built from the environment by [`RuntimeConfig::from_env`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -76,7 +91,7 @@ impl RuntimeConfig {
                 app_dir: app_dir.to_path_buf(),
                 env: env.iter().cloned().collect(),
             },
-            drain_timeout: Duration::from_secs(10),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             staging_dir: None,
         })
     }
@@ -109,13 +124,13 @@ pub(crate) fn new_engine(pooling: bool) -> anyhow::Result<Engine> {
     config.wasm_component_model(true);
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::default();
-        pool.total_component_instances(1000)
-            .total_core_instances(4000)
-            .total_memories(2000)
-            .total_tables(4000)
-            .max_memories_per_component(4)
-            .max_tables_per_component(8)
-            .max_core_instances_per_component(50);
+        pool.total_component_instances(pool_limits::COMPONENT_INSTANCES)
+            .total_core_instances(pool_limits::CORE_INSTANCES)
+            .total_memories(pool_limits::MEMORIES)
+            .total_tables(pool_limits::TABLES)
+            .max_memories_per_component(pool_limits::MEMORIES_PER_COMPONENT)
+            .max_tables_per_component(pool_limits::TABLES_PER_COMPONENT)
+            .max_core_instances_per_component(pool_limits::CORE_INSTANCES_PER_COMPONENT);
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&config)
@@ -351,6 +366,12 @@ fn prepare_files(
                 source,
                 destination,
             } => {
+                if destination.split('/').any(|s| s == "..") {
+                    bail!(
+                        "component `{}`: file destination `{destination}` must not contain `..`",
+                        component.id
+                    );
+                }
                 let guest = if destination.is_empty() {
                     "/"
                 } else {

@@ -381,3 +381,34 @@ fn locked_app_errors_name_the_problem() {
     let err = App::from_locked_json(b"{", &FileUrlResolver).unwrap_err();
     assert!(format!("{err:#}").contains("invalid locked-app JSON"));
 }
+
+#[test]
+fn manifest_component_sources_read_nothing_and_confine_files() {
+    let text = format!(
+        "{HEAD}[[trigger.http]]\nroute = \"/a\"\ncomponent = {{ source = \"in/line.wasm\" }}\n[component.c]\nsource = \"../c.wasm\"\nfiles = [\"static/*\"]\n"
+    );
+    let got = App::manifest_component_sources(&text, "m").unwrap();
+    assert_eq!(
+        got,
+        [
+            ("component.c".to_string(), "../c.wasm".to_string()),
+            (
+                "trigger.http[0].component".to_string(),
+                "in/line.wasm".to_string()
+            )
+        ]
+    );
+    for bad in [
+        "files = [{ source = \"/etc\", destination = \"/etc\" }]",
+        "files = [{ source = \"a/../../b\", destination = \"/b\" }]",
+        "files = [\"/etc/*\"]",
+        "files = [{ source = \"a\", destination = \"/x/../..\" }]",
+    ] {
+        let text = format!("{HEAD}[component.c]\nsource = \"c.wasm\"\n{bad}\n");
+        let e = format!(
+            "{:#}",
+            App::manifest_component_sources(&text, "m").unwrap_err()
+        );
+        assert!(e.contains("component.c.files"), "{bad}: {e}");
+    }
+}

@@ -280,23 +280,41 @@ pub(super) fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<App
 
 /// The Wasm source path of every component of manifest `text` (as written, relative to
 /// the manifest's directory), named `component.<id>` or `trigger.http[<n>].component`,
-/// without touching the filesystem: for a host that must read the files itself (the shim
+/// after checking that every `files` source and destination stays inside the app, without
+/// touching the filesystem: for a host that must read the files itself (the shim
 /// reads them from a container's rootfs, confined to it).
 pub(super) fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<(String, String)>> {
     let manifest: ManifestToml =
         toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
     let mut out = Vec::new();
+    let confined = |key: &str, files: &[FileToml]| -> anyhow::Result<()> {
+        for f in files {
+            match f {
+                FileToml::Pattern(p) if Path::new(p).is_absolute() || p.split('/').any(|s| s == "..") => bail!(
+                    "{origin}: key `{key}.files`: pattern `{p}` must be relative to the manifest directory and stay inside it"
+                ),
+                FileToml::Mapping { source, destination } => check_inside(source, destination)
+                    .map_err(|e| anyhow!("{origin}: key `{key}.files`: {e}"))?,
+                FileToml::Pattern(_) => {}
+            }
+        }
+        Ok(())
+    };
     for (id, c) in manifest.component {
+        let key = format!("component.{id}");
+        confined(&key, &c.files)?;
         if let SourceToml::Path(p) = c.source {
-            out.push((format!("component.{id}"), p));
+            out.push((key, p));
         }
     }
     if let Some(http) = manifest.trigger.get("http") {
         let entries: Vec<HttpTriggerToml> = http.clone().try_into().unwrap_or_default();
         for (index, t) in entries.into_iter().enumerate() {
             if let Some(ComponentRefToml::Inline(c)) = t.component {
+                let key = format!("trigger.http[{index}].component");
+                confined(&key, &c.files)?;
                 if let SourceToml::Path(p) = c.source {
-                    out.push((format!("trigger.http[{index}].component"), p));
+                    out.push((key, p));
                 }
             }
         }

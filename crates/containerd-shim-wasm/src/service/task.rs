@@ -1,0 +1,417 @@
+//! The Task API methods containerd calls over ttrpc.
+
+use super::*;
+
+/// How long Delete waits for a created-but-never-started task to die after SIGKILL.
+const CREATED_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[async_trait]
+impl Task for Service {
+    async fn create(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CreateTaskRequest,
+    ) -> TtrpcResult<api::CreateTaskResponse> {
+        tracing::debug!(id = %req.id, bundle = %req.bundle, "create");
+        if self.inner.containers.lock().unwrap().contains_key(&req.id) {
+            return Err(status(
+                ttrpc::Code::ALREADY_EXISTS,
+                format!("task {} already exists", req.id),
+            ));
+        }
+        if req.terminal {
+            return Err(unsupported("a terminal (tty)"));
+        }
+        if !req.checkpoint.is_empty() || !req.parent_checkpoint.is_empty() {
+            return Err(unsupported("restoring from a checkpoint"));
+        }
+        let ctr = self.create_inner(&req).await.map_err(|e| {
+            tracing::error!(id = %req.id, "create failed: {e:#}");
+            status(ttrpc::Code::UNKNOWN, format!("{e:#}"))
+        })?;
+        self.inner
+            .containers
+            .lock()
+            .unwrap()
+            .insert(req.id.clone(), ctr.clone());
+        let early = {
+            let mut early = self.inner.early_exits.lock().unwrap();
+            early
+                .iter()
+                .position(|(p, _)| *p == ctr.pid)
+                .map(|i| early.remove(i).1)
+        };
+        let ev = TaskCreate {
+            container_id: req.id.clone(),
+            bundle: req.bundle.clone(),
+            rootfs: req.rootfs.clone(),
+            io: MessageField::some(TaskIO {
+                stdin: req.stdin.clone(),
+                stdout: req.stdout.clone(),
+                stderr: req.stderr.clone(),
+                terminal: req.terminal,
+                ..Default::default()
+            }),
+            pid: ctr.pid as u32,
+            ..Default::default()
+        };
+        self.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(ev))
+            .await;
+        let (svc, handle, id) = (
+            self.clone(),
+            tokio::runtime::Handle::current(),
+            req.id.clone(),
+        );
+        crate::oom::watch(&ctr.persisted.placement, move || {
+            let (svc, id) = (svc.clone(), id.clone());
+            handle.spawn(async move {
+                tracing::debug!(%id, "OOM kill in the container's cgroup");
+                let ev = TaskOOM {
+                    container_id: id,
+                    ..Default::default()
+                };
+                svc.publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(ev))
+                    .await;
+            });
+        });
+        if let Some(exit) = early {
+            self.record_exit(&ctr, exit).await;
+        }
+        Ok(api::CreateTaskResponse {
+            pid: ctr.pid as u32,
+            ..Default::default()
+        })
+    }
+
+    async fn start(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StartRequest,
+    ) -> TtrpcResult<api::StartResponse> {
+        if !req.exec_id.is_empty() {
+            return Err(unsupported("exec"));
+        }
+        let ctr = self.get(&req.id)?;
+        let _starting = ctr.starting.lock().await;
+        let c = self
+            .transition(&req.id, Phase::Created, Phase::Running, "start", |c| {
+                c.start()
+            })
+            .await?;
+        self.publish(
+            topics::TASK_START_EVENT_TOPIC,
+            Box::new(TaskStart {
+                container_id: c.id.clone(),
+                pid: c.pid as u32,
+                ..Default::default()
+            }),
+        )
+        .await;
+        Ok(api::StartResponse {
+            pid: c.pid as u32,
+            ..Default::default()
+        })
+    }
+
+    async fn state(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StateRequest,
+    ) -> TtrpcResult<api::StateResponse> {
+        let c = self.get(&req.id)?;
+        let exit = c.exit();
+        let st = match c.phase() {
+            Phase::Created => api::Status::CREATED,
+            Phase::Running => api::Status::RUNNING,
+            Phase::Paused => api::Status::PAUSED,
+            Phase::Stopped => api::Status::STOPPED,
+        };
+        Ok(api::StateResponse {
+            id: c.id.clone(),
+            bundle: c.bundle.to_string_lossy().into_owned(),
+            pid: c.pid as u32,
+            status: st.into(),
+            stdin: c.io.0.clone(),
+            stdout: c.io.1.clone(),
+            stderr: c.io.2.clone(),
+            terminal: false,
+            exit_status: exit.as_ref().map(|e| e.code).unwrap_or_default(),
+            exited_at: MessageField::from_option(exit.map(|e| e.at)),
+            exec_id: req.exec_id,
+            ..Default::default()
+        })
+    }
+
+    async fn wait(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::WaitRequest,
+    ) -> TtrpcResult<api::WaitResponse> {
+        if !req.exec_id.is_empty() {
+            return Err(unsupported("exec"));
+        }
+        let c = self.get(&req.id)?;
+        let mut rx = c.exit.subscribe();
+        let exit = rx
+            .wait_for(|e| e.is_some())
+            .await
+            .map_err(internal)?
+            .clone()
+            .expect("waited for Some");
+        Ok(api::WaitResponse {
+            exit_status: exit.code,
+            exited_at: MessageField::some(exit.at),
+            ..Default::default()
+        })
+    }
+
+    async fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
+        if !req.exec_id.is_empty() {
+            return Err(unsupported("exec"));
+        }
+        let c = self.get(&req.id)?;
+        tracing::debug!(id = %req.id, signal = req.signal, all = req.all, "kill");
+        let sig = req.signal as i32;
+        if nix::sys::signal::Signal::try_from(sig).is_err() {
+            return Err(status(
+                ttrpc::Code::INVALID_ARGUMENT,
+                format!("invalid signal {sig}"),
+            ));
+        }
+        if req.all {
+            for pid in c.persisted.placement.pids().map_err(internal)? {
+                let _ = kill_pid(pid, sig);
+            }
+            return Ok(api::Empty::new());
+        }
+        if c.exit().is_some() {
+            return Err(status(
+                ttrpc::Code::NOT_FOUND,
+                format!("process already finished: task {}", req.id),
+            ));
+        }
+        match kill_pid(c.pid, sig) {
+            Ok(()) => Ok(api::Empty::new()),
+            Err(nix::errno::Errno::ESRCH) => Err(status(
+                ttrpc::Code::NOT_FOUND,
+                format!("process already finished: task {}", req.id),
+            )),
+            Err(e) => Err(internal(format!("signalling pid {}: {e}", c.pid))),
+        }
+    }
+
+    async fn delete(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::DeleteRequest,
+    ) -> TtrpcResult<api::DeleteResponse> {
+        if !req.exec_id.is_empty() {
+            return Err(unsupported("exec"));
+        }
+        let c = self.get(&req.id)?;
+        if c.exit().is_none() {
+            if c.phase() != Phase::Created {
+                return Err(status(
+                    ttrpc::Code::FAILED_PRECONDITION,
+                    format!("task {} is still running: kill it first", req.id),
+                ));
+            }
+            // Created but never started: end it, as runc does.
+            let _ = kill_pid(c.pid, libc::SIGKILL);
+            let mut rx = c.exit.subscribe();
+            let _ = tokio::time::timeout(CREATED_KILL_WAIT, rx.wait_for(|e| e.is_some())).await;
+        }
+        let p = c.persisted.clone();
+        let bundle = c.bundle.clone();
+        tokio::task::spawn_blocking(move || {
+            state::kill_all(&p.placement);
+            state::cleanup(&p, &bundle)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(|e| internal(format!("{e:#}")))?;
+        self.inner.containers.lock().unwrap().remove(&req.id);
+        let exit = c.exit().unwrap_or(Exit {
+            code: state::KILLED_EXIT_STATUS,
+            at: Timestamp::now(),
+        });
+        self.publish(
+            topics::TASK_DELETE_EVENT_TOPIC,
+            Box::new(TaskDelete {
+                container_id: c.id.clone(),
+                id: c.id.clone(),
+                pid: c.pid as u32,
+                exit_status: exit.code,
+                exited_at: MessageField::some(exit.at.clone()),
+                ..Default::default()
+            }),
+        )
+        .await;
+        Ok(api::DeleteResponse {
+            pid: c.pid as u32,
+            exit_status: exit.code,
+            exited_at: MessageField::some(exit.at),
+            ..Default::default()
+        })
+    }
+
+    async fn pids(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::PidsRequest,
+    ) -> TtrpcResult<api::PidsResponse> {
+        let c = self.get(&req.id)?;
+        let processes = c
+            .persisted
+            .placement
+            .pids()
+            .map_err(internal)?
+            .into_iter()
+            .map(|pid| api::ProcessInfo {
+                pid: pid as u32,
+                ..Default::default()
+            })
+            .collect();
+        Ok(api::PidsResponse {
+            processes,
+            ..Default::default()
+        })
+    }
+
+    async fn stats(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StatsRequest,
+    ) -> TtrpcResult<api::StatsResponse> {
+        let c = self.get(&req.id)?;
+        let metrics = c.persisted.placement.metrics().map_err(internal)?;
+        Ok(api::StatsResponse {
+            stats: MessageField::some(metrics.to_any().map_err(internal)?),
+            ..Default::default()
+        })
+    }
+
+    async fn update(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::UpdateTaskRequest,
+    ) -> TtrpcResult<api::Empty> {
+        let c = self.get(&req.id)?;
+        let Some(any) = req.resources.as_ref() else {
+            return Ok(api::Empty::new());
+        };
+        let mut res: libcontainer::oci_spec::runtime::LinuxResources =
+            serde_json::from_slice(&any.value).map_err(|e| {
+                status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!(
+                        "update: resources ({}) are not OCI LinuxResources JSON: {e}",
+                        any.type_url
+                    ),
+                )
+            })?;
+        cgroup_placement::filter_resources(&self.inner.host, &mut res);
+        let placement = c.persisted.placement.clone();
+        tokio::task::spawn_blocking(move || apply_resources(&placement, &res))
+            .await
+            .map_err(internal)?
+            .map_err(|e| internal(format!("update: applying resources: {e:#}")))?;
+        Ok(api::Empty::new())
+    }
+
+    async fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        let c = self
+            .transition(&req.id, Phase::Running, Phase::Paused, "pause", |c| {
+                c.pause()
+            })
+            .await?;
+        self.publish(
+            topics::TASK_PAUSED_EVENT_TOPIC,
+            Box::new(TaskPaused {
+                container_id: c.id.clone(),
+                ..Default::default()
+            }),
+        )
+        .await;
+        Ok(api::Empty::new())
+    }
+
+    async fn resume(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ResumeRequest,
+    ) -> TtrpcResult<api::Empty> {
+        let c = self
+            .transition(&req.id, Phase::Paused, Phase::Running, "resume", |c| {
+                c.resume()
+            })
+            .await?;
+        self.publish(
+            topics::TASK_RESUMED_EVENT_TOPIC,
+            Box::new(TaskResumed {
+                container_id: c.id.clone(),
+                ..Default::default()
+            }),
+        )
+        .await;
+        Ok(api::Empty::new())
+    }
+
+    async fn connect(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ConnectRequest,
+    ) -> TtrpcResult<api::ConnectResponse> {
+        let task_pid = self.get(&req.id).map(|c| c.pid as u32).unwrap_or_default();
+        Ok(api::ConnectResponse {
+            shim_pid: std::process::id(),
+            task_pid,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ..Default::default()
+        })
+    }
+
+    async fn shutdown(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::ShutdownRequest,
+    ) -> TtrpcResult<api::Empty> {
+        if self.inner.containers.lock().unwrap().is_empty() {
+            tracing::debug!("shutdown: no tasks left, exiting");
+            self.inner.exit_signal.signal();
+        }
+        Ok(api::Empty::new())
+    }
+
+    async fn close_io(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::CloseIORequest,
+    ) -> TtrpcResult<api::Empty> {
+        Ok(api::Empty::new())
+    }
+
+    async fn resize_pty(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::ResizePtyRequest,
+    ) -> TtrpcResult<api::Empty> {
+        Ok(api::Empty::new())
+    }
+
+    async fn exec(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::ExecProcessRequest,
+    ) -> TtrpcResult<api::Empty> {
+        Err(unsupported("exec"))
+    }
+
+    async fn checkpoint(
+        &self,
+        _ctx: &TtrpcContext,
+        _req: api::CheckpointTaskRequest,
+    ) -> TtrpcResult<api::Empty> {
+        Err(unsupported("checkpoint"))
+    }
+}
