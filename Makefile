@@ -9,7 +9,7 @@ export SHIM_BIN_DIR := $(RELEASE_DIR)
 export GUEST_APPS_DIR := $(CURDIR)/tests/apps/target/wasm32-wasip2/release
 
 .PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd test-kind test-k3s \
-        demo bench bench-http bench-start clean
+        demo bench bench-http bench-start fuzz soak clean
 
 all: build
 
@@ -71,6 +71,11 @@ bench-http: build apps
 
 bench-start: build apps
 	@bash scripts/bench-start.sh
+
+## fuzz: coverage-guided fuzzing of every parser of outside input (libFuzzer, stable rustc);
+## FUZZ_SECONDS per target (default 100), fails on a crash or below FUZZ_MIN_EXECS in total
+fuzz: build apps
+	@bash scripts/fuzz.sh
 
 clean:
 	$(CARGO) clean

@@ -14,5 +14,27 @@ if compgen -G "wasi-*-p1" >/dev/null; then
         cargo build --release --target wasm32-wasip1 -p "$d" --quiet
     done
 fi
+
+# Python SDK 3.x apps (componentize-py, as Spin's http-py template builds them). The
+# toolchain (~20 MB of wheels from PyPI) is cached in a venv under target/; a component is
+# rebuilt only when its sources are newer than it.
+for d in py-*/; do
+    [ -f "$d/requirements.txt" ] || continue
+    d=${d%/}
+    out="target/wasm32-wasip2/release/$(echo "$d" | tr - _).wasm"
+    venv="target/py-venv/$(sha256sum "$d/requirements.txt" | cut -c1-12)"
+    if [ ! -x "$venv/bin/componentize-py" ]; then
+        echo "apps: installing $(tr '\n' ' ' < "$d/requirements.txt")into $venv"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$d/requirements.txt"
+    fi
+    if [ ! -f "$out" ] || [ -n "$(find "$d" -newer "$out" -type f)" ]; then
+        mkdir -p "$(dirname "$out")"
+        (cd "$d" && VIRTUAL_ENV="$PWD/../$venv" PATH="$PWD/../$venv/bin:$PATH" \
+            componentize-py -w spin-http componentize app -o "../$out.tmp" >/dev/null)
+        mv "$out.tmp" "$out"
+    fi
+done
 echo "apps: done ($(ls target/wasm32-wasip2/release/*.wasm 2>/dev/null | wc -l) wasm files)"
 bash "$scripts/build-js-app.sh"

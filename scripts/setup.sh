@@ -3,7 +3,11 @@
 # Idempotent: packages already present are skipped quickly.
 set -euo pipefail
 
-need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates systemd-container)
+need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates systemd-container
+    # Servers the Spin host-interface tests start on loopback (never as services).
+    redis-server postgresql mariadb-server mosquitto
+    # componentize-py (Python SDK test apps) runs from a venv.
+    python3-venv)
 missing=()
 for p in "${need_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +23,7 @@ fi
 # demo run their own private instances. Stop the packaged service if some init started it.
 if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
     systemctl disable --now containerd >/dev/null 2>&1 || true
+    systemctl disable --now redis-server postgresql mariadb mosquitto >/dev/null 2>&1 || true
 fi
 
 if command -v rustup >/dev/null; then

@@ -2,9 +2,15 @@
 //!
 //! The WIT files are not retyped: they are copied from the published `spin-sdk` crate
 //! (pinned in this crate's `Cargo.toml` as a WASI-only, never-built dependency, so that
-//! `Cargo.lock` pins its exact version and cargo knows where its source is). The copies land in
-//! `crates/spin-runtime/wit/deps/` (git-ignored by `wit/.gitignore`), beside our own world
-//! `wit/host.wit`, because `bindgen!` resolves its `path` relative to the manifest directory.
+//! `Cargo.lock` pins its exact version and cargo knows where its source is). Everything this
+//! script writes goes under `OUT_DIR` (never into the source tree, so checkouts sharing a
+//! `CARGO_TARGET_DIR` cannot see each other's or a stale copy):
+//! - `OUT_DIR/wit/`: our world (`wit/host.wit`) and the SDK packages under `deps/`;
+//! - `OUT_DIR/host_bindings.rs`: `host_bindgen!("<OUT_DIR>/wit");`, included by
+//!   `src/host/mod.rs` (`bindgen!` takes its path as a literal, relative to the manifest
+//!   directory unless absolute);
+//! - `OUT_DIR/host_interfaces.rs`: the interfaces the world imports, for the error that
+//!   names the nearest provided interface when a component imports an unknown one.
 //!
 //! Where the SDK source is found, in order:
 //! 1. `SPIN_SDK_WIT_DIR`: a directory holding the SDK's `wit/` layout (offline builds).
@@ -14,8 +20,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The spin-sdk version whose WIT the host implements (spin-sdk 5.2 apps import
-/// `fermyon:spin/key-value@2.0.0` and `fermyon:spin/variables@2.0.0`).
+/// The spin-sdk version whose WIT the host implements. spin-sdk 5.2's `wit/` is Spin 3.6's
+/// (`spin:up@3.6.0` platform world: `fermyon:spin@2.0.0`, `spin:postgres@3.0.0`/`@4.0.0`,
+/// `spin:sqlite@3.0.0`, `wasi:keyvalue`, `wasi:config`).
 const SDK_PACKAGE: &str = "spin-sdk";
 const SDK_VERSION_PREFIX: &str = "5.2.";
 
@@ -25,6 +32,9 @@ const SDK_VERSION_PREFIX: &str = "5.2.";
 const PACKAGES: &[&str] = &[
     "spin@2.0.0",
     "spin@unversioned",
+    "spin-postgres@3.0.0",
+    "spin-postgres@4.0.0",
+    "spin-sqlite@3.0.0",
     "keyvalue-2024-10-17",
     "wasi-runtime-config-2024-09-27",
     "cli@0.2.0",
@@ -62,7 +72,8 @@ fn main() {
         ));
     }
 
-    let out = manifest_dir.join("wit");
+    let out_dir = PathBuf::from(env("OUT_DIR"));
+    let out = out_dir.join("wit");
     let out_deps = out.join("deps");
     for pkg in PACKAGES {
         let from = deps.join(pkg);
@@ -77,6 +88,42 @@ fn main() {
         copy_dir(&from, &out_deps.join(pkg));
     }
     println!("cargo:rerun-if-changed={}", sdk_wit.display());
+
+    let world = manifest_dir.join("wit").join("host.wit");
+    println!("cargo:rerun-if-changed={}", world.display());
+    let world_text = std::fs::read_to_string(&world)
+        .unwrap_or_else(|e| fail(&format!("read {}: {e}", world.display())));
+    write_if_changed(&out.join("host.wit"), &world_text);
+
+    let out_wit = out
+        .to_str()
+        .unwrap_or_else(|| fail(&format!("OUT_DIR {} is not UTF-8", out.display())));
+    write_if_changed(
+        &out_dir.join("host_bindings.rs"),
+        &format!("host_bindgen!({out_wit:?});\n"),
+    );
+
+    let imports = world_imports(&world_text);
+    if imports.is_empty() {
+        fail(&format!("{} imports no interface", world.display()));
+    }
+    let list: String = imports.iter().map(|i| format!("    {i:?},\n")).collect();
+    write_if_changed(
+        &out_dir.join("host_interfaces.rs"),
+        &format!(
+            "/// Every interface the `host` world (`wit/host.wit`) imports.\n\
+             pub const HOST_INTERFACES: &[&str] = &[\n{list}];\n"
+        ),
+    );
+}
+
+/// The `import <interface>;` lines of our world file (one per line, as `host.wit` is written).
+fn world_imports(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("import "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(|name| name.trim().to_string())
+        .collect()
 }
 
 fn env(name: &str) -> String {

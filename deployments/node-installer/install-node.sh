@@ -12,6 +12,13 @@
 # and containerd is not restarted when shim and config are already current. Before the first
 # change a file is backed up once as <file>.spin-backup. POSIX sh, so it runs in busybox.
 #
+# Safe on a live node: the edited config is checked with the node's own containerd
+# (`containerd --config FILE config dump`) before it replaces the old one; when the restart
+# fails, every file this run changed is put back as it was and containerd restarted again on
+# it. A restart still owed (it failed, or the run was killed after a change) is remembered in
+# /var/lib/containerd-shim-spin-v2/restart-pending on the node, so the next run restarts
+# even though shim and config are then current.
+#
 # Usage: install-node.sh [options]
 #   --host-root DIR   the node's root filesystem (default /, /host in the DaemonSet)
 #   --shim FILE       the shim binary to install (default: next to this script)
@@ -22,9 +29,13 @@
 #   --no-restart      do not restart containerd (the caller does)
 # Environment: HOST_ROOT, SHIM_SOURCE, NODE_DISTRO, CONTAINERD_CONFIG, SHIM_BIN_DIR, RESTART=none
 #   RESTART_CMD  command that restarts the node's containerd (overrides the distro default)
+#   HOST_NAMESPACES=here  run the restart without nsenter (the installer is not in a pod)
 #   VERIFY_SHIM=0  skip running `containerd-shim-spin-v2 -v` on the node after the copy
 #   CONTAINERD_MAJOR  1 or 2 when a config file does not exist yet and the containerd binary
 #                     cannot be found to ask (decides the config layout to write)
+#   CONTAINERD_BIN  a containerd binary to check the edited config with, run as it is here
+#                   (default: the node's own, searched in the usual places and run through
+#                   chroot); VALIDATE=require fails when none is found, VALIDATE=0 skips it
 set -eu
 
 host_root="${HOST_ROOT:-/}"
@@ -53,9 +64,14 @@ die() { echo "install-node: error: $*" >&2; exit 1; }
 host_root="${host_root%/}"
 h() { printf '%s%s' "$host_root" "$1"; }   # host path -> path as seen here
 
+PENDING="/var/lib/containerd-shim-spin-v2/restart-pending"
 BEGIN_MARK="# BEGIN containerd-shim-spin-v2 (managed by install-node.sh; a rerun replaces this block)"
 END_MARK="# END containerd-shim-spin-v2"
 changed=0
+# Files this run replaced, each with the copy to restore: "<file>|<copy or ->" lines.
+replaced=""
+# Every config file this run manages, one a line.
+managed=""
 
 [ -f "$shim_src" ] || die "shim binary $shim_src not found (fix: pass --shim FILE or set SHIM_SOURCE)"
 
@@ -70,6 +86,17 @@ if [ "$distro" = auto ]; then
 fi
 log "node flavour: $distro"
 
+# A change of an earlier run whose containerd restart never succeeded still needs one.
+owe_restart() {
+    [ "$restart" = none ] && return
+    mkdir -p "$(dirname "$(h "$PENDING")")"
+    : >"$(h "$PENDING")"
+}
+if [ "$restart" != none ] && [ -e "$(h "$PENDING")" ]; then
+    log "an earlier run changed the node but its containerd restart did not succeed ($PENDING): restarting this time"
+    changed=1
+fi
+
 # --- the shim binary ----------------------------------------------------------------------
 install_shim() { # $1: host directory
     dir="$(h "$1")"
@@ -78,6 +105,7 @@ install_shim() { # $1: host directory
         log "shim already current in $1"
         return
     fi
+    owe_restart
     # Copy then rename: running shims keep their (old) executable.
     cp "$shim_src" "$dir/.containerd-shim-spin-v2.new"
     chmod 0755 "$dir/.containerd-shim-spin-v2.new"
@@ -121,6 +149,56 @@ containerd_major() {
     done
 }
 
+# The node's containerd binary as a host path (empty when none is found).
+node_containerd() {
+    for b in /usr/bin/containerd /usr/local/bin/containerd /bin/containerd /var/lib/k0s/bin/containerd \
+        /var/lib/rancher/k3s/data/current/bin/containerd /var/lib/rancher/rke2/bin/containerd \
+        /snap/microk8s/current/bin/containerd; do
+        if [ -x "$(h "$b")" ]; then echo "$b"; return; fi
+    done
+}
+
+# Runs the node's containerd binary $1 (host path) with the remaining arguments.
+run_node_containerd() {
+    b="$1"
+    shift
+    if [ -z "$host_root" ]; then
+        "$b" "$@"
+    else
+        chroot "$host_root" "$b" "$@"
+    fi
+}
+
+# Checks that the node's containerd loads config file $1 (path as seen here, below the host
+# root). $2 names the file in messages. Dies (leaving the old file in place) when it does not.
+validate_config() {
+    [ "${VALIDATE:-1}" = 0 ] && return
+    if [ -n "${CONTAINERD_BIN:-}" ]; then
+        b="$CONTAINERD_BIN"
+        out="$("$b" --config "$1" config dump 2>&1 >/dev/null)" && ok=yes || ok=no
+    else
+        b="$(node_containerd)"
+        ok=unknown
+    fi
+    if [ -z "$b" ]; then
+        [ "${VALIDATE:-1}" = require ] && die "no containerd binary found on the node to check $2 (fix: set CONTAINERD_BIN)"
+        log "no containerd binary found on the node: $2 not checked before use (set CONTAINERD_BIN to check it)"
+        return
+    fi
+    if [ "$ok" = unknown ]; then
+        case "$1" in
+            "$host_root"/*) inside="${1#"$host_root"}" ;;
+            *) inside="$1" ;;
+        esac
+        out="$(run_node_containerd "$b" --config "$inside" config dump 2>&1 >/dev/null)" && ok=yes || ok=no
+    fi
+    if [ "$ok" = no ]; then
+        rm -f "$1"
+        die "the node's containerd ($b) rejects $2 with the spin runtime added, so it was left unchanged: $out (fix: repair $2 until \`$b --config $2 config dump\` accepts it, then rerun)"
+    fi
+    log "checked with the node's containerd ($b): it loads $2"
+}
+
 # The runtime table for a config of version $1.
 runtime_block() {
     case "$1" in
@@ -133,12 +211,36 @@ runtime_block() {
         "$BEGIN_MARK" "$table" "$shim_path" "$END_MARK"
 }
 
+# Whether TOML file $1 defines a `spin` runtime: a [..runtimes.spin] table, or dotted keys
+# below a runtimes table (`runtimes.spin.runtime_type = ..` or `spin.runtime_type = ..`).
+defines_spin_runtime() {
+    awk '
+        /^[[:space:]]*\[/ {
+            t = $0
+            sub(/^[[:space:]]*\[+[[:space:]]*/, "", t)
+            sub(/[[:space:]]*\].*$/, "", t)
+            gsub(/[[:space:]]*\.[[:space:]]*/, ".", t)
+            if (t ~ /(^|\.)runtimes\.("spin"|spin|\047spin\047)$/) found = 1
+            next
+        }
+        /^[[:space:]]*[^#=[:space:]][^=]*=/ {
+            k = $0
+            sub(/=.*/, "", k)
+            gsub(/[[:space:]]/, "", k)
+            full = (t == "" ? k : t "." k)
+            if (full ~ /(^|\.)runtimes\.("spin"|spin|\047spin\047)\./) found = 1
+        }
+        END { exit !found }' "$1"
+}
+
 # Adds (or refreshes) the managed block in config file $1 (path as seen here). $2: the
 # config version to write when the file does not exist or is empty ("detect": ask the
 # node's containerd binary).
 ensure_runtime() {
     file="$1"
     fresh_version="$2"
+    managed="$managed$file
+"
     mkdir -p "$(dirname "$file")"
     if [ -s "$file" ]; then
         version="$(config_version "$file")"
@@ -160,7 +262,7 @@ ensure_runtime() {
     else
         : >"$tmp"
     fi
-    if grep -Eq "^[[:space:]]*\[[^]]*\.runtimes\.(spin|\"spin\"|'spin')\][[:space:]]*(#.*)?\$" "$tmp"; then
+    if defines_spin_runtime "$tmp"; then
         rm -f "$tmp"
         log "$file already defines a spin runtime outside the managed block; left as it is" \
             "(fix: delete that table to let this installer manage it)"
@@ -175,10 +277,24 @@ ensure_runtime() {
         log "$file already has the spin runtime"
         return
     fi
+    case "$file" in
+        *.tmpl | */containerd-template.toml) log "$file is a template the distro renders: not checked with containerd" ;;
+        *) validate_config "$tmp" "$file" ;;
+    esac
     if [ -f "$file" ] && [ ! -e "$file.spin-backup" ]; then
         cp -p "$file" "$file.spin-backup"
         log "backup: $file.spin-backup"
     fi
+    # This run's previous version, put back if the restart fails.
+    if [ -f "$file" ]; then
+        cp -p "$file" "$file.spin-prev"
+        replaced="$replaced$file|$file.spin-prev
+"
+    else
+        replaced="$replaced$file|-
+"
+    fi
+    owe_restart
     [ -f "$file" ] && chmod --reference="$file" "$tmp" 2>/dev/null || true
     mv -f "$tmp" "$file"
     log "spin runtime (config version $version) written to $file"
@@ -241,8 +357,13 @@ if [ "$restart" = none ]; then
 fi
 
 # From a pod (host root mounted elsewhere, hostPID) run the restart in the host's namespaces.
+# HOST_NAMESPACES=here: this process already runs in the node's namespaces (not in a pod).
 on_host() {
-    if [ "$host_root" != "" ] && [ "$host_root" != "/" ]; then
+    in_host=no
+    [ "${HOST_NAMESPACES:-}" = here ] && in_host=yes
+    n1="$(readlink /proc/1/ns/mnt 2>/dev/null || true)"
+    [ -n "$n1" ] && [ "$n1" = "$(readlink /proc/self/ns/mnt)" ] && in_host=yes
+    if [ "$in_host" = no ] && [ "$host_root" != "" ] && [ "$host_root" != "/" ]; then
         nsenter --target 1 --mount --uts --ipc --net --pid -- "$@"
     else
         "$@"
@@ -254,18 +375,57 @@ first_active() { # prints the first systemd unit of $@ that is active
     done
 }
 
+# Puts back every config file this run replaced.
+restore_configs() {
+    printf '%s' "$replaced" | while IFS='|' read -r file prev; do
+        [ -n "$file" ] || continue
+        if [ "$prev" = - ]; then
+            rm -f "$file"
+            log "removed $file (it did not exist before this run)"
+        else
+            mv -f "$prev" "$file"
+            log "restored $file as it was before this run"
+        fi
+    done
+}
+# After a good restart: the copies of this run, and of an earlier run killed before its
+# restart, are no longer needed.
+forget_previous() {
+    printf '%s' "$managed" | while read -r file; do
+        [ -n "$file" ] && rm -f "$file.spin-prev"
+    done
+    return 0
+}
+
 if [ -n "${RESTART_CMD:-}" ]; then
-    log "restarting containerd: $RESTART_CMD"
-    on_host sh -c "$RESTART_CMD"
+    what="$RESTART_CMD"
+    restart_containerd() { on_host sh -c "$RESTART_CMD"; }
+else
+    case "$distro" in
+        containerd) unit=containerd ;;
+        k3s) unit="$(first_active k3s k3s-agent)" ;;
+        rke2) unit="$(first_active rke2-server rke2-agent)" ;;
+        microk8s) unit=snap.microk8s.daemon-containerd ;;
+        k0s) unit="$(first_active k0sworker k0scontroller)" ;;
+    esac
+    [ -n "$unit" ] || die "no active $distro service found to restart (fix: set RESTART_CMD)"
+    what="systemctl restart $unit"
+    restart_containerd() { on_host systemctl restart "$unit"; }
+fi
+log "restarting containerd: $what"
+if restart_containerd; then
+    forget_previous
+    rm -f "$(h "$PENDING")"
+    log "containerd restarted"
     exit 0
 fi
-case "$distro" in
-    containerd) unit=containerd ;;
-    k3s) unit="$(first_active k3s k3s-agent)" ;;
-    rke2) unit="$(first_active rke2-server rke2-agent)" ;;
-    microk8s) unit=snap.microk8s.daemon-containerd ;;
-    k0s) unit="$(first_active k0sworker k0scontroller)" ;;
-esac
-[ -n "$unit" ] || die "no active $distro service found to restart (fix: set RESTART_CMD)"
-log "restarting $unit"
-on_host systemctl restart "$unit"
+log "restarting containerd failed ($what)"
+if [ -n "$replaced" ]; then
+    restore_configs
+    if restart_containerd; then
+        log "containerd restarted on the restored configuration"
+    else
+        log "containerd does not restart on the restored configuration either"
+    fi
+fi
+die "containerd did not restart after the change; the previous configuration is back in place and $PENDING on the node makes the next run retry (fix: see the containerd service's log, e.g. journalctl -u containerd)"

@@ -313,6 +313,89 @@ pub fn wants_artifact(args: &[String], rootfs: &Dir) -> bool {
     args.len() == 1 && args[0] == "/" && rootfs.open_in_root(Path::new("spin.toml")).is_err()
 }
 
+/// An OCI image index or manifest, as far as the artifact loader follows it
+/// (image-spec `image-index.md` and `manifest.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageDocument {
+    /// An index (it has `manifests`): the Wasm manifest picked from it (platform
+    /// architecture `wasm`, else an os starting with `wasi`), or None if there is none.
+    Index(Option<proto::Descriptor>),
+    /// A manifest: its config and layer descriptors, in order.
+    Manifest {
+        /// The config descriptor.
+        config: proto::Descriptor,
+        /// The layer descriptors.
+        layers: Vec<proto::Descriptor>,
+    },
+}
+
+/// Reads a manifest or index blob. Every descriptor the loader will follow must carry a
+/// `sha256:` digest of 64 lower-case hex digits (they become file names) and string media
+/// types; anything else is an error naming `what` and the entry.
+pub fn read_image_document(bytes: &[u8], what: &str) -> anyhow::Result<ImageDocument> {
+    let doc: serde_json::Value =
+        serde_json::from_slice(bytes).with_context(|| format!("{what}: not JSON"))?;
+    let descriptor = |v: &serde_json::Value, entry: &str| -> anyhow::Result<proto::Descriptor> {
+        let digest = v["digest"]
+            .as_str()
+            .with_context(|| format!("{what}: {entry} has no digest"))?;
+        check_digest(digest, &format!("{what}: {entry}"))?;
+        let media_type = match &v["mediaType"] {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => s.clone(),
+            other => bail!("{what}: {entry} has mediaType {other}, not a string"),
+        };
+        Ok(proto::Descriptor {
+            media_type,
+            digest: digest.to_string(),
+            size: v["size"].as_i64().unwrap_or_default(),
+        })
+    };
+    if let Some(entries) = doc.get("manifests") {
+        let entries = entries
+            .as_array()
+            .with_context(|| format!("{what}: `manifests` is not an array"))?;
+        let pick = entries
+            .iter()
+            .position(|m| m["platform"]["architecture"] == "wasm")
+            .or_else(|| {
+                entries.iter().position(|m| {
+                    m["platform"]["os"]
+                        .as_str()
+                        .is_some_and(|o| o.starts_with("wasi"))
+                })
+            });
+        return Ok(ImageDocument::Index(match pick {
+            Some(i) => Some(descriptor(&entries[i], &format!("manifests[{i}]"))?),
+            None => None,
+        }));
+    }
+    let config = descriptor(&doc["config"], "the config descriptor")?;
+    let layers = match &doc["layers"] {
+        serde_json::Value::Null => Vec::new(),
+        serde_json::Value::Array(ls) => ls
+            .iter()
+            .enumerate()
+            .map(|(i, l)| descriptor(l, &format!("layers[{i}]")))
+            .collect::<anyhow::Result<_>>()?,
+        _ => bail!("{what}: `layers` is not an array"),
+    };
+    Ok(ImageDocument::Manifest { config, layers })
+}
+
+/// Checks that `digest` is `sha256:` and 64 lower-case hex digits.
+fn check_digest(digest: &str, what: &str) -> anyhow::Result<()> {
+    let ok = digest.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !ok {
+        bail!("{what}: digest {digest:?} is not sha256: and 64 lower-case hex digits");
+    }
+    Ok(())
+}
+
 /// What [`materialise`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Materialised {
@@ -632,6 +715,44 @@ mod tests {
             "{e}"
         );
         assert!(e.contains(&sha256_hex(b"abd")), "{e}");
+    }
+
+    #[test]
+    fn image_documents_follow_only_sha256_descriptors() {
+        let d = format!("sha256:{}", sha256_hex(b"x"));
+        let index = format!(
+            r#"{{"schemaVersion":2,"manifests":[
+                {{"mediaType":"m","digest":"{d}","platform":{{"os":"linux","architecture":"amd64"}}}},
+                {{"mediaType":"m","digest":"{d}","size":3,"platform":{{"os":"wasip1","architecture":"wasm"}}}}]}}"#
+        );
+        match read_image_document(index.as_bytes(), "index").unwrap() {
+            ImageDocument::Index(Some(p)) => assert_eq!((p.digest.as_str(), p.size), (&d[..], 3)),
+            other => panic!("{other:?}"),
+        }
+        let no_wasm = r#"{"manifests":[{"platform":{"architecture":"amd64"}}]}"#;
+        assert_eq!(
+            read_image_document(no_wasm.as_bytes(), "index").unwrap(),
+            ImageDocument::Index(None)
+        );
+        let manifest = format!(
+            r#"{{"config":{{"mediaType":"{MEDIA_TYPE_WASM_CONFIG}","digest":"{d}"}},"layers":[{{"mediaType":"{MEDIA_TYPE_WASM}","digest":"{d}"}}]}}"#
+        );
+        let ImageDocument::Manifest { config, layers } =
+            read_image_document(manifest.as_bytes(), "m").unwrap()
+        else {
+            panic!("not a manifest")
+        };
+        assert_eq!(config.media_type, MEDIA_TYPE_WASM_CONFIG);
+        assert_eq!(layers.len(), 1);
+        // Digests become file names: anything but sha256:<64 hex> is refused, named.
+        for bad in ["sha256:../../etc", "sha256:", "sha512:00", "sha256:/"] {
+            let m = format!(r#"{{"config":{{"digest":"{d}"}},"layers":[{{"digest":"{bad}"}}]}}"#);
+            let e = read_image_document(m.as_bytes(), "the manifest").unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains("layers[0]") && e.contains(bad), "{e}");
+        }
+        assert!(read_image_document(b"{\"manifests\":{}}", "i").is_err());
+        assert!(read_image_document(b"[]", "m").is_err());
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! # Behaviour others rely on
 //! - `start` prints only the ttrpc address (`unix:///run/containerd/s/<sha256>`); containers
 //!   whose `io.kubernetes.cri.sandbox-id` annotations are equal share one server process.
+//!   The runtime options containerd writes to its stdin are decoded by [`start_options`]
+//!   (never taken as a cgroup path); placement follows each container's `cgroupsPath`.
 //! - Per container the shim keeps `<bundle>/spin-shim-state.json` (placement, libcontainer
 //!   state root, rootfs mount, init pid) and a libcontainer state root
 //!   `/run/spin-shim/<16 hex of sha256(bundle path)>` (base overridable with
@@ -31,6 +33,7 @@ pub mod logging;
 pub mod oom;
 pub mod service;
 pub mod shim;
+pub mod start_options;
 pub mod state;
 pub mod stdio;
 pub mod wasi;

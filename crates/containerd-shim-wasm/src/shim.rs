@@ -1,5 +1,6 @@
 //! The containerd `Shim` (the `start` and `delete` subcommands and the server's wiring).
 
+use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -13,6 +14,7 @@ use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{Config, Error, Flags, StartOpts};
 
 use crate::service::Service;
+use crate::start_options;
 use crate::state::{self, Persisted};
 use crate::zygote;
 
@@ -68,12 +70,22 @@ impl Shim for SpinShim {
     }
 
     async fn start_shim(&mut self, opts: StartOpts) -> Result<String, Error> {
+        // Read the runtime options before `spawn`, which would take them for runc's.
+        let mut stdin = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut stdin)
+            .map_err(|e| Error::Other(format!("start: reading the runtime options: {e}")))?;
+        let options = start_options::decode(&stdin).map_err(|e| Error::Other(format!("{e:#}")))?;
         let cwd = std::env::current_dir().map_err(|e| Error::Other(e.to_string()))?;
         let group = grouping(&cwd, &opts.id);
         let address = containerd_shim::socket_address(&opts.address, &opts.namespace, &group);
         let address = if socket_served(&address) {
             address
         } else {
+            if let Some(cg) = &options.shim_cgroup {
+                // The server process spawned next is born in this cgroup.
+                start_options::join_shim_cgroup(cg).map_err(|e| Error::Other(format!("{e:#}")))?;
+            }
             spawn(opts, &group, Vec::new()).await?
         };
         containerd_shim::util::write_str_to_file("address", &address).await?;

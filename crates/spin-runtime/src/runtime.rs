@@ -229,11 +229,10 @@ impl LoadedApp {
             };
             check_exports(engine, &wasm, &component.id)?;
             let pre = linker.instantiate_pre(&wasm).map_err(|e| {
-                anyhow!(
-                    "component `{}` cannot be linked: {e:#}. It imports an interface this \
-                         runtime does not provide (unsupported Spin feature or SDK version)",
-                    component.id
-                )
+                match host::link_error(engine, &wasm, &component.id) {
+                    Some(msg) => anyhow!("{msg}"),
+                    None => anyhow!("component `{}` cannot be linked: {e:#}", component.id),
+                }
             })?;
             let pre = ProxyPre::new(pre).map_err(|e| {
                 anyhow!(

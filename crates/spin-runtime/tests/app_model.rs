@@ -47,6 +47,7 @@ environment = { MODE = "test" }
 allowed_outbound_hosts = ["https://*.example.com", "redis://*:*"]
 key_value_stores = ["default"]
 sqlite_databases = ["default"]
+ai_models = ["llama2-chat"]
 [component.api.variables]
 key = "{{ api_key }}"
 endpoint = "https://{{region}}.example.com"
@@ -87,6 +88,7 @@ fn manifest_v2_full_model() {
     );
     assert_eq!(c.key_value_stores, ["default"]);
     assert_eq!(c.sqlite_databases, ["default"]);
+    assert_eq!(c.ai_models, ["llama2-chat"]);
     assert_eq!(c.variables["endpoint"], "https://{{region}}.example.com");
     let dests: Vec<&str> = c.files.iter().map(FileMount::destination).collect();
     assert_eq!(dests, ["/static/a.txt", "/data"]);
@@ -199,7 +201,6 @@ fn manifest_errors_name_file_key_and_reason() {
             "[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"c.wasm\", destination = \"/a/../../b\" }]\n",
             &["component.c.files", "destination `/a/../../b`", "`..`"],
         ),
-        ("[component.c]\nsource = \"c.wasm\"\nai_models = [\"llama2-chat\"]\n", &["ai_models"]),
         ("this is = not toml = at all", &["invalid TOML"]),
     ];
     for (body, needles) in cases {

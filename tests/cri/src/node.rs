@@ -28,9 +28,39 @@ pub fn mode_for(layout: Layout) -> CgroupMode {
     }
 }
 
-/// The runtime table that registers our shim as handler `spin`.
-pub const SPIN_RUNTIME_TABLE: &str =
-    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.spin]\n  runtime_type = \"io.containerd.spin.v2\"\n";
+/// The header of CRI runtime `name`'s table in `version`'s config
+/// (`[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.<name>]` on 1.x,
+/// `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.<name>]` on 2.x).
+pub fn runtime_table_header(version: ContainerdVersion, name: &str) -> String {
+    format!(
+        "[plugins.\"{}\".containerd.runtimes.{name}]",
+        version.cri_runtime_plugin()
+    )
+}
+
+/// The runtime table that registers our shim as handler `spin`; `options`: lines of its
+/// `options` table, which is written only when given (SpinKube's node config has
+/// `SystemdCgroup = true` there).
+pub fn spin_runtime_table(version: ContainerdVersion, options: Option<&str>) -> String {
+    let header = runtime_table_header(version, "spin");
+    let mut t = format!("{header}\n  runtime_type = \"io.containerd.spin.v2\"\n");
+    if let Some(options) = options {
+        let header = header.trim_end_matches(']');
+        t.push_str(&format!("{header}.options]\n{options}\n"));
+    }
+    t
+}
+
+/// How a [`Node`] registers the `spin` handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpinHandler<'a> {
+    /// Not at all (the installer test adds it).
+    Absent,
+    /// `runtime_type` only.
+    Plain,
+    /// `runtime_type` and an `options` table with these lines.
+    WithOptions(&'a str),
+}
 
 /// A private containerd configured as a kubelet node; stopped and cleaned up on drop.
 pub struct Node {
@@ -44,17 +74,53 @@ pub struct Node {
 impl Node {
     /// Starts containerd `version` for `layout`, with the `spin` runtime when `with_spin`.
     pub fn start(version: ContainerdVersion, layout: Layout, with_spin: bool) -> Result<Self> {
+        let spin = if with_spin {
+            SpinHandler::Plain
+        } else {
+            SpinHandler::Absent
+        };
+        Self::start_with(version, layout, spin)
+    }
+
+    /// Starts containerd `version` for `layout` with the `spin` handler registered as `spin`
+    /// says, in the config form of that version (config version 2 on 1.x, 3 on 2.x).
+    pub fn start_with(
+        version: ContainerdVersion,
+        layout: Layout,
+        spin: SpinHandler<'_>,
+    ) -> Result<Self> {
         let cni = tempfile::Builder::new().prefix("cri-cni-").tempdir()?;
-        let config = integration::ContainerdConfig {
-            cri_plugin: format!(
-                "  sandbox_image = \"{PAUSE_IMAGE}\"\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"{c}/bin\"\n  conf_dir = \"{c}/conf\"\n",
-                c = cni.path().display()
-            ),
-            extra: format!(
-                "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n{}",
-                if with_spin { SPIN_RUNTIME_TABLE } else { "" }
-            ),
+        let c = cni.path().display();
+        let spin_table = match spin {
+            SpinHandler::Absent => String::new(),
+            SpinHandler::Plain => spin_runtime_table(version, None),
+            SpinHandler::WithOptions(o) => spin_runtime_table(version, Some(o)),
+        };
+        let runtimes = format!(
+            "{}\n  runtime_type = \"io.containerd.runc.v2\"\n{spin_table}",
+            runtime_table_header(version, "runc")
+        );
+        let config = match version {
+            ContainerdVersion::V1_6 | ContainerdVersion::V1_7 => integration::ContainerdConfig {
+                cri_plugin: format!(
+                    "  sandbox_image = \"{PAUSE_IMAGE}\"\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n\
+                     [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"{c}/bin\"\n  conf_dir = \"{c}/conf\"\n"
+                ),
+                extra: runtimes,
+                ..Default::default()
+            },
+            // 2.x splits the CRI plugin: runtime settings, images (the pinned sandbox image)
+            // and the server (streaming).
+            ContainerdVersion::V2 => integration::ContainerdConfig {
+                cri_plugin: String::new(),
+                extra: format!(
+                    "[plugins.\"io.containerd.cri.v1.runtime\".cni]\n  bin_dirs = [\"{c}/bin\"]\n  conf_dir = \"{c}/conf\"\n\
+                     [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n  sandbox = \"{PAUSE_IMAGE}\"\n\
+                     [plugins.\"io.containerd.grpc.v1.cri\"]\n  stream_server_address = \"127.0.0.1\"\n  stream_server_port = \"0\"\n\
+                     {runtimes}"
+                ),
+                ..Default::default()
+            },
         };
         let containerd = Containerd::start_with(version, mode_for(layout), &config)?;
         Ok(Node {

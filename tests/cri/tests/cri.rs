@@ -1,6 +1,6 @@
 //! The CRI matrix (root only): kubelet's pod-metrics scenario through containerd's CRI on
 //! this host's v1 hierarchies and on cgroup v2 (private mount namespace), with containerd
-//! 1.6 and 1.7. One containerd per version/layout; on v1 the runc control runs first and
+//! 1.6, 1.7 and 2.x. One containerd per version/layout; on v1 the runc control runs first and
 //! must show the seed failure, so the test demonstrably tells the two apart.
 //!
 //! Needs: `cargo build --release -p containerd-shim-spin-v2`, `scripts/build-apps.sh`
@@ -208,6 +208,16 @@ fn v2_containerd_1_6() -> Result<()> {
 #[test]
 fn v2_containerd_1_7() -> Result<()> {
     matrix_case(ContainerdVersion::V1_7, Layout::Unified)
+}
+
+#[test]
+fn v1_containerd_2() -> Result<()> {
+    matrix_case(ContainerdVersion::V2, Layout::Hybrid)
+}
+
+#[test]
+fn v2_containerd_2() -> Result<()> {
+    matrix_case(ContainerdVersion::V2, Layout::Unified)
 }
 
 /// The node installer against a live containerd: a node without the spin runtime, the

@@ -1,8 +1,9 @@
 //! Tests of `deployments/node-installer/install-node.sh` against config fixtures of each
 //! containerd version and node flavour: after two runs the config parses (containerd itself
 //! validates the 1.x ones), holds the `spin` runtime exactly once, sets no cgroup option,
-//! and the first run kept a backup. No restart here (`--no-restart`); the restart against a
-//! live containerd is in `tests/cri.rs`.
+//! and the first run kept a backup. Most runs pass `--no-restart`; the restart tests use a
+//! `RESTART_CMD` that fails on demand (the restart against a live containerd is in
+//! `tests/cri.rs`). Edited configs are checked with the real containerd 1.6 and 1.7 binaries.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -50,30 +51,43 @@ impl Node {
         fs::write(p, text).unwrap();
     }
 
-    /// Runs the installer; returns its stderr (the log).
+    /// Runs the installer with `--no-restart`; returns its stderr (the log).
     fn install(&self, env: &[(&str, &str)]) -> Result<String> {
-        let out = Command::new("sh")
+        let (ok, log) = self.run(true, env)?;
+        ensure!(ok, "install-node.sh failed:\n{log}");
+        Ok(log)
+    }
+
+    /// Runs the installer (with `--no-restart` if `no_restart`): (success, its log). The
+    /// script's pid is written to `<root>/installer.pid` first (it `exec`s the installer).
+    fn run(&self, no_restart: bool, env: &[(&str, &str)]) -> Result<(bool, String)> {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("echo $$ >\"$0\"/installer.pid && exec sh \"$@\"")
+            .arg(self.root.path())
             .arg(installer())
             .args(["--host-root"])
             .arg(self.root.path())
             .arg("--shim")
-            .arg(&self.shim)
-            .arg("--no-restart")
+            .arg(&self.shim);
+        if no_restart {
+            cmd.arg("--no-restart");
+        }
+        let out = cmd
             // The fake shim cannot run inside the fake (empty) root.
             .env("VERIFY_SHIM", "0")
             // The Makefile exports SHIM_BIN_DIR (where tests find the built shim); for the
             // installer it means the install directory on the node, so keep it out.
             .env_remove("SHIM_BIN_DIR")
+            // The fake node's "host" is this machine as the test sees it: no nsenter.
+            .env("HOST_NAMESPACES", "here")
             .envs(env.iter().copied())
             .output()
             .context("running install-node.sh")?;
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        ensure!(
+        Ok((
             out.status.success(),
-            "install-node.sh failed ({}):\n{log}",
-            out.status
-        );
-        Ok(log)
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 
     /// Two runs: the first changes things, the second must change nothing.
@@ -388,18 +402,21 @@ fn k0s_drop_in() -> Result<()> {
 
 #[test]
 fn hand_configured_spin_runtime_is_left_alone() -> Result<()> {
-    let node = Node::new();
-    let original = fixture("hand-configured-spin.toml");
-    node.put("/etc/containerd/config.toml", &original);
-    let log = node.install(&[])?;
-    ensure!(
-        log.contains("outside the managed block"),
-        "no message about the existing runtime:\n{log}"
-    );
-    ensure!(
-        fs::read_to_string(node.path("/etc/containerd/config.toml"))? == original,
-        "config changed"
-    );
+    // As a table, and as dotted keys below a `runtimes` table.
+    for name in ["hand-configured-spin.toml", "dotted-spin.toml"] {
+        let node = Node::new();
+        let original = fixture(name);
+        node.put("/etc/containerd/config.toml", &original);
+        let log = node.install(&[])?;
+        ensure!(
+            log.contains("outside the managed block"),
+            "{name}: no message about the existing runtime:\n{log}"
+        );
+        ensure!(
+            fs::read_to_string(node.path("/etc/containerd/config.toml"))? == original,
+            "{name}: config changed"
+        );
+    }
     Ok(())
 }
 
@@ -438,4 +455,194 @@ fn shim_update_alone_is_a_change() -> Result<()> {
         "a new shim must count as a change:\n{log}"
     );
     node.check_shim("/usr/local/bin")
+}
+
+/// The restart-pending marker on the fake node.
+const PENDING: &str = "/var/lib/containerd-shim-spin-v2/restart-pending";
+
+/// Files in the config directory besides the config itself (temp files, copies).
+fn config_dir_extras(node: &Node) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(node.path("/etc/containerd"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "config.toml")
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn malformed_config_is_refused_by_containerd_and_left_unchanged() -> Result<()> {
+    for containerd in [containerd_16(), containerd_17()?] {
+        let node = Node::new();
+        let original = fixture("malformed.toml");
+        node.put("/etc/containerd/config.toml", &original);
+        let bin = containerd.to_string_lossy().into_owned();
+        let (ok, log) = node.run(false, &[("CONTAINERD_BIN", &bin), ("RESTART_CMD", "true")])?;
+        ensure!(!ok, "{bin}: a malformed config was accepted:\n{log}");
+        ensure!(
+            log.contains("rejects") && log.contains("left unchanged") && log.contains("TOML"),
+            "{bin}: the error must carry containerd's reason and say nothing changed:\n{log}"
+        );
+        ensure!(
+            fs::read_to_string(node.path("/etc/containerd/config.toml"))? == original,
+            "{bin}: the config was modified"
+        );
+        ensure!(
+            config_dir_extras(&node).is_empty(),
+            "{bin}: left files behind: {:?}",
+            config_dir_extras(&node)
+        );
+        ensure!(
+            !log.contains("restarting containerd"),
+            "{bin}: restarted after refusing:\n{log}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn dotted_key_config_gets_the_runtime_and_containerd_loads_it() -> Result<()> {
+    for containerd in [containerd_16(), containerd_17()?] {
+        let node = Node::new();
+        let original = fixture("dotted-keys.toml");
+        node.put("/etc/containerd/config.toml", &original);
+        let bin = containerd.to_string_lossy().into_owned();
+        node.install_twice(&[("CONTAINERD_BIN", &bin), ("VALIDATE", "require")])?;
+        let config = node.path("/etc/containerd/config.toml");
+        check_runtime(&config, CRI_V1, BIN)?;
+        containerd_accepts(&containerd, &config)?;
+        ensure!(fs::read_to_string(&config)?.starts_with(&original));
+    }
+    Ok(())
+}
+
+/// A restart command that logs each call to `<root>/restarts` and fails while
+/// `<root>/fail-restart` exists.
+fn restart_cmd(node: &Node) -> String {
+    let root = node.root.path().display();
+    format!("echo restart >>{root}/restarts; test ! -e {root}/fail-restart")
+}
+
+fn restarts(node: &Node) -> usize {
+    fs::read_to_string(node.path("/restarts"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn failing_restart_restores_the_config_and_the_next_run_retries() -> Result<()> {
+    let node = Node::new();
+    let original = fixture("containerd-1.7.toml");
+    node.put("/etc/containerd/config.toml", &original);
+    node.put("/fail-restart", "");
+    let cmd = restart_cmd(&node);
+    let bin = containerd_17()?.to_string_lossy().into_owned();
+    let env = [
+        ("RESTART_CMD", cmd.as_str()),
+        ("CONTAINERD_BIN", bin.as_str()),
+    ];
+    let (ok, log) = node.run(false, &env)?;
+    ensure!(!ok, "a failed restart must fail the run:\n{log}");
+    ensure!(
+        fs::read_to_string(node.path("/etc/containerd/config.toml"))? == original,
+        "the config was not restored after the failed restart:\n{log}"
+    );
+    ensure!(
+        restarts(&node) == 2,
+        "want the failed restart and one on the restored config, got {}:\n{log}",
+        restarts(&node)
+    );
+    ensure!(
+        node.path(PENDING).exists(),
+        "the owed restart was not recorded"
+    );
+    ensure!(
+        config_dir_extras(&node) == ["config.toml.spin-backup"],
+        "{:?}",
+        config_dir_extras(&node)
+    );
+    // containerd is fine again: the next run changes the config and restarts.
+    fs::remove_file(node.path("/fail-restart"))?;
+    let (ok, log) = node.run(false, &env)?;
+    ensure!(ok, "the retry failed:\n{log}");
+    check_runtime(&node.path("/etc/containerd/config.toml"), CRI_V1, BIN)?;
+    ensure!(
+        restarts(&node) == 3 && !node.path(PENDING).exists(),
+        "{log}"
+    );
+    ensure!(
+        config_dir_extras(&node) == ["config.toml.spin-backup"],
+        "{:?}",
+        config_dir_extras(&node)
+    );
+    // And then nothing is owed.
+    let (ok, log) = node.run(false, &env)?;
+    ensure!(
+        ok && log.contains("nothing changed") && restarts(&node) == 3,
+        "{log}"
+    );
+    Ok(())
+}
+
+#[test]
+fn run_killed_before_its_restart_is_restarted_by_the_next_run() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd-1.6.toml"),
+    );
+    let root = node.root.path().display().to_string();
+    // The pod is killed while it restarts containerd (eviction, node drain).
+    let killer = format!("kill -KILL $(cat {root}/installer.pid); sleep 5");
+    let (ok, _) = node.run(false, &[("RESTART_CMD", &killer)])?;
+    ensure!(!ok, "the run was not killed");
+    ensure!(
+        node.path(PENDING).exists(),
+        "the owed restart was not recorded"
+    );
+    // Shim and config are current now, yet the restart is still owed.
+    let cmd = restart_cmd(&node);
+    let (ok, log) = node.run(false, &[("RESTART_CMD", &cmd)])?;
+    ensure!(ok, "{log}");
+    ensure!(
+        log.contains("did not succeed") && !log.contains("nothing changed") && restarts(&node) == 1,
+        "the owed restart was not made:\n{log}"
+    );
+    ensure!(!node.path(PENDING).exists());
+    let (ok, log) = node.run(false, &[("RESTART_CMD", &cmd)])?;
+    ensure!(
+        ok && log.contains("nothing changed") && restarts(&node) == 1,
+        "{log}"
+    );
+    Ok(())
+}
+
+#[test]
+fn runtime_class_selects_the_label_the_installer_sets_after_success() -> Result<()> {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deployments");
+    let ds = fs::read_to_string(deploy.join("node-installer/daemonset.yaml"))?;
+    let rc = fs::read_to_string(deploy.join("runtimeclass.yaml"))?;
+    let label = "containerd-shim-spin-v2.io/installed";
+    ensure!(
+        rc.contains(&format!("nodeSelector:\n    {label}: \"true\"")),
+        "the RuntimeClass does not select {label}=true:\n{rc}"
+    );
+    // The label container comes after the install container: init containers run in order
+    // and each only after the previous one succeeded.
+    let install = ds
+        .find("- name: install")
+        .context("no install init container")?;
+    let labeller = ds
+        .find(&format!("\"{label}=true\""))
+        .context("the DaemonSet does not set the label")?;
+    ensure!(
+        install < labeller,
+        "the node is labelled before the install"
+    );
+    ensure!(
+        ds.contains("maxUnavailable: 1"),
+        "the DaemonSet rolls out without maxUnavailable"
+    );
+    Ok(())
 }

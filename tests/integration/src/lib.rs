@@ -1,4 +1,4 @@
-//! Integration-test harness: a private containerd (1.6 or 1.7) with its own root, state and
+//! Integration-test harness: a private containerd (1.6, 1.7 or 2.x) with its own root, state and
 //! socket in a temp dir, the freshly built shim first on its PATH, optionally inside a
 //! private mount namespace where the unified cgroup hierarchy is bind-mounted over
 //! `/sys/fs/cgroup` (a simulated pure cgroup v2 host).
@@ -41,6 +41,21 @@ pub enum ContainerdVersion {
     V1_6,
     /// containerd 1.7.24 from Debian trixie, unpacked by `scripts/install-containerd-1.7.sh`.
     V1_7,
+    /// containerd 2.x from Debian sid (2.1.9 when added), unpacked by
+    /// `scripts/install-containerd-2.sh`; configured with config version 3.
+    V2,
+}
+
+impl ContainerdVersion {
+    /// The plugin whose table holds the CRI runtime settings (`containerd.runtimes.<name>`,
+    /// `cni`, `restrict_oom_score_adj`): `io.containerd.grpc.v1.cri` on 1.x,
+    /// `io.containerd.cri.v1.runtime` on 2.x.
+    pub fn cri_runtime_plugin(self) -> &'static str {
+        match self {
+            ContainerdVersion::V1_6 | ContainerdVersion::V1_7 => "io.containerd.grpc.v1.cri",
+            ContainerdVersion::V2 => "io.containerd.cri.v1.runtime",
+        }
+    }
 }
 
 /// Which cgroup layout containerd and its shims see.
@@ -56,12 +71,16 @@ pub enum CgroupMode {
 /// Extra configuration for [`Containerd::start_with`].
 #[derive(Debug, Clone, Default)]
 pub struct ContainerdConfig {
-    /// Lines placed inside the `[plugins."io.containerd.grpc.v1.cri"]` table (which the
-    /// harness always writes with `restrict_oom_score_adj = true`, needed on these hosts).
+    /// Lines placed inside the `[plugins."<ContainerdVersion::cri_runtime_plugin>"]` table
+    /// (`io.containerd.grpc.v1.cri` on 1.x, `io.containerd.cri.v1.runtime` on 2.x), which
+    /// the harness always writes with `restrict_oom_score_adj = true`, needed on these hosts.
     pub cri_plugin: String,
     /// TOML appended at the end of the config (e.g. runtime tables such as
     /// `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.spin]`).
     pub extra: String,
+    /// Environment for containerd, and so for the shims it starts (e.g.
+    /// `SPIN_SHIM_STATE_DIR` for a private state dir).
+    pub env: Vec<(String, String)>,
 }
 
 /// Root of the cargo workspace.
@@ -189,10 +208,14 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-fn containerd17_bin_dir() -> Result<PathBuf> {
-    static DIR: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let script = workspace_root().join("scripts/install-containerd-1.7.sh");
+/// The binary directory an install script prints on its last line (run once per process).
+fn installed_bin_dir(
+    cell: &'static OnceLock<std::result::Result<PathBuf, String>>,
+    script: &str,
+    what: &str,
+) -> Result<PathBuf> {
+    cell.get_or_init(|| {
+        let script = workspace_root().join(script);
         let out = output_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(600))
             .map_err(|e| format!("{e:#}"))?;
         if !out.status.success() {
@@ -211,7 +234,7 @@ fn containerd17_bin_dir() -> Result<PathBuf> {
         Ok(PathBuf::from(dir))
     })
     .clone()
-    .map_err(|e| anyhow::anyhow!("containerd 1.7 unavailable: {e}"))
+    .map_err(|e| anyhow::anyhow!("{what} unavailable: {e}"))
 }
 
 /// A private containerd instance; stopped and cleaned up on drop.
@@ -236,22 +259,39 @@ impl Containerd {
         mode: CgroupMode,
         config: &ContainerdConfig,
     ) -> Result<Self> {
+        static V17: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+        static V2: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
         let bin_dir = match version {
             ContainerdVersion::V1_6 => PathBuf::from("/usr/bin"),
-            ContainerdVersion::V1_7 => containerd17_bin_dir()?,
+            ContainerdVersion::V1_7 => {
+                installed_bin_dir(&V17, "scripts/install-containerd-1.7.sh", "containerd 1.7")?
+            }
+            ContainerdVersion::V2 => {
+                installed_bin_dir(&V2, "scripts/install-containerd-2.sh", "containerd 2.x")?
+            }
         };
         let containerd = bin_dir.join("containerd");
         ensure!(
             containerd.is_file(),
-            "{} is missing: run scripts/setup.sh (containerd 1.6) or scripts/install-containerd-1.7.sh",
+            "{} is missing: run scripts/setup.sh (containerd 1.6), scripts/install-containerd-1.7.sh \
+             or scripts/install-containerd-2.sh",
             containerd.display()
         );
         let dir = tempfile::Builder::new()
             .prefix("shim-it-")
             .tempdir_in("/tmp")?;
         let d = dir.path();
+        // containerd 2.x enables NRI by default on a fixed host socket: private instances
+        // running side by side must not share it.
+        let (config_version, nri) = match version {
+            ContainerdVersion::V1_6 | ContainerdVersion::V1_7 => (2, ""),
+            ContainerdVersion::V2 => (
+                3,
+                "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true\n",
+            ),
+        };
         let toml = format!(
-            r#"version = 2
+            r#"version = {config_version}
 root = "{root}"
 state = "{state}"
 [grpc]
@@ -260,11 +300,12 @@ state = "{state}"
   address = "{sock}.ttrpc"
 [debug]
   level = "info"
-[plugins."io.containerd.grpc.v1.cri"]
+{nri}[plugins."{cri_plugin}"]
   restrict_oom_score_adj = true
 {cri}
 {extra}
 "#,
+            cri_plugin = version.cri_runtime_plugin(),
             root = d.join("root").display(),
             state = d.join("state").display(),
             sock = d.join("containerd.sock").display(),
@@ -298,6 +339,7 @@ state = "{state}"
         };
         let child = cmd
             .env("PATH", path)
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -260,9 +260,6 @@ pub(super) fn parse(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Res
                 .map(|h| super::manifest::convert_http_host(h))
                 .collect();
         }
-        if !list("ai_models")?.is_empty() {
-            bail!("{ORIGIN}: {key}: Serverless AI (ai_models) is not supported by this runtime");
-        }
         components.insert(
             c.id.clone(),
             Component {
@@ -274,6 +271,7 @@ pub(super) fn parse(bytes: &[u8], resolver: &dyn ContentResolver) -> anyhow::Res
                 allowed_outbound_hosts,
                 key_value_stores: list("key_value_stores")?,
                 sqlite_databases: list("databases")?,
+                ai_models: list("ai_models")?,
                 variables: c.config,
             },
         );

@@ -385,9 +385,6 @@ fn convert_component(
             registry.map(|r| format!("{r}/")).unwrap_or_default()
         ),
     };
-    if !c.ai_models.is_empty() {
-        bail!("{origin}: key `{key}.ai_models`: Serverless AI is not supported by this runtime");
-    }
     if c.dependencies
         .as_ref()
         .and_then(|d| d.as_table())
@@ -419,6 +416,7 @@ fn convert_component(
         allowed_outbound_hosts,
         key_value_stores: c.key_value_stores,
         sqlite_databases: c.sqlite_databases,
+        ai_models: c.ai_models,
         variables: c.variables,
     })
 }

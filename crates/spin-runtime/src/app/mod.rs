@@ -149,6 +149,8 @@ pub struct Component {
     pub key_value_stores: Vec<String>,
     /// SQLite database labels the component may open.
     pub sqlite_databases: Vec<String>,
+    /// LLM models the component may use (`ai_models`).
+    pub ai_models: Vec<String>,
     /// Component variables: templates such as `"{{ redis_address }}"`.
     pub variables: BTreeMap<String, String>,
 }

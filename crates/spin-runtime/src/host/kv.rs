@@ -42,11 +42,16 @@ pub enum StoreDefinition {
     Redis(String),
 }
 
-/// The `[key_value_store.<label>]` tables of a runtime config file.
+/// The sections of a runtime config file this runtime reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeConfig {
-    /// Store definitions by label.
+    /// Store definitions by label (`[key_value_store.<label>]`).
     pub key_value_stores: BTreeMap<String, StoreDefinition>,
+    /// SQLite database definitions by label (`[sqlite_database.<label>]`, see
+    /// [`super::sqlite`]).
+    pub sqlite_databases: BTreeMap<String, super::sqlite::DatabaseDefinition>,
+    /// Where LLM inference runs (`[llm_compute]`, see [`super::llm`]).
+    pub llm_compute: super::llm::LlmCompute,
 }
 
 impl RuntimeConfig {
@@ -64,6 +69,18 @@ impl RuntimeConfig {
             toml::from_str(text).with_context(|| format!("{origin}: invalid TOML"))?;
         let mut config = RuntimeConfig::default();
         for (section, value) in &doc {
+            match section.as_str() {
+                "sqlite_database" => {
+                    config.sqlite_databases =
+                        super::sqlite::parse_runtime_config(value, base_dir, origin)?;
+                    continue;
+                }
+                "llm_compute" => {
+                    config.llm_compute = super::llm::parse_runtime_config(value, origin)?;
+                    continue;
+                }
+                _ => {}
+            }
             if section != "key_value_store" {
                 tracing::warn!(
                     "{origin}: section `{section}` is not used by this runtime and is ignored"

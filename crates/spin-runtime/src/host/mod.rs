@@ -1,22 +1,29 @@
-//! Spin host features: application variables, key-value stores and the outbound HTTP
-//! allow-list.
+//! Spin host features: every Spin interface of Spin 3.x's platform world (variables,
+//! key-value, SQLite, outbound Redis, PostgreSQL, MySQL and MQTT, LLM, config), the
+//! `allowed_outbound_hosts` allow-list for them and for outbound HTTP.
 //!
 //! The runtime core uses exactly these items:
 //! - [`HostState::new`] once per component when the app loads (a required variable without
-//!   a value, a bad `allowed_outbound_hosts` entry or an undefined key-value store fails the
-//!   start); every request then gets a `clone()` (cheap: shared state behind an `Arc`, and
-//!   a fresh resource table).
-//! - [`add_to_linker`] once per engine: `fermyon:spin/variables@2.0.0`,
-//!   `fermyon:spin/key-value@2.0.0`, `fermyon:spin/config`,
-//!   `wasi:config/store@0.2.0-draft-2024-09-27` and
-//!   `wasi:keyvalue/{store,batch,atomics}@0.2.0-draft2`.
+//!   a value, a bad `allowed_outbound_hosts` entry, an undefined key-value store or SQLite
+//!   database fails the start); every request then gets a `clone()` (cheap: shared state
+//!   behind an `Arc`, and a fresh resource table).
+//! - [`add_to_linker`] once per engine: every interface of `wit/host.wit`
+//!   ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`, `spin:*@3.0.0`/`@4.0.0` and
+//!   unversioned forms Spin 3.6 links.
 //! - [`check_outbound`] from the `send_request` hook before any outbound HTTP request.
+//! - [`link_error`] to explain a component whose imports do not link.
 //!
 //! The WIT comes from the published spin-sdk crate (see `build.rs`); the world we
 //! implement is `wit/host.wit`.
 
 pub mod kv;
+pub mod llm;
+pub mod mqtt;
+pub mod mysql;
 pub mod outbound;
+pub mod pg;
+pub mod redis;
+pub mod sqlite;
 pub mod variables;
 
 use std::collections::{BTreeSet, HashMap};
@@ -36,17 +43,43 @@ use variables::ComponentValue;
 /// Bindings generated from the spin-sdk WIT for the world in `wit/host.wit`.
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
-    wasmtime::component::bindgen!({
-        path: "wit",
-        world: "spin-runtime:host/host",
-        imports: { default: trappable },
-        with: {
-            "fermyon:spin/key-value.store": super::kv::StoreHandle,
-            "wasi:keyvalue/store.bucket": super::kv::StoreHandle,
-            "wasi:keyvalue/atomics.cas": super::kv::Cas,
-        },
-    });
+    /// `bindgen!` with our options; build.rs calls it with the absolute path of the WIT it
+    /// laid out under `OUT_DIR` (the macro takes only a literal path).
+    macro_rules! host_bindgen {
+        ($path:tt) => {
+            wasmtime::component::bindgen!({
+                path: $path,
+                world: "spin-runtime:host/host",
+                imports: {
+                    "fermyon:spin/redis@2.0.0": async | trappable,
+                    "fermyon:spin/postgres@2.0.0": async | trappable,
+                    "fermyon:spin/mysql@2.0.0": async | trappable,
+                    "fermyon:spin/mqtt@2.0.0": async | trappable,
+                    "fermyon:spin/llm@2.0.0": async | trappable,
+                    "spin:postgres/postgres@3.0.0": async | trappable,
+                    "spin:postgres/postgres@4.0.0": async | trappable,
+                    default: trappable,
+                },
+                with: {
+                    "fermyon:spin/key-value.store": super::kv::StoreHandle,
+                    "wasi:keyvalue/store.bucket": super::kv::StoreHandle,
+                    "wasi:keyvalue/atomics.cas": super::kv::Cas,
+                    "fermyon:spin/sqlite@2.0.0.connection": super::sqlite::SqliteConnection,
+                    "spin:sqlite/sqlite@3.0.0.connection": super::sqlite::SqliteConnection,
+                    "fermyon:spin/redis@2.0.0.connection": super::redis::RedisConnection,
+                    "fermyon:spin/postgres@2.0.0.connection": super::pg::PgConnection,
+                    "spin:postgres/postgres@3.0.0.connection": super::pg::PgConnection,
+                    "spin:postgres/postgres@4.0.0.connection": super::pg::PgConnection,
+                    "fermyon:spin/mysql@2.0.0.connection": super::mysql::MysqlConnection,
+                    "fermyon:spin/mqtt@2.0.0.connection": super::mqtt::MqttConnection,
+                },
+            });
+        };
+    }
+    include!(concat!(env!("OUT_DIR"), "/host_bindings.rs"));
 }
+
+include!(concat!(env!("OUT_DIR"), "/host_interfaces.rs"));
 
 /// File name of the runtime config in the app directory (`/runtime-config.toml`).
 pub const RUNTIME_CONFIG_FILE: &str = "runtime-config.toml";
@@ -66,6 +99,9 @@ pub struct ComponentHost {
     allowed_hosts: AllowedHosts,
     key_value_stores: BTreeSet<String>,
     kv: KvStores,
+    sqlite: sqlite::Databases,
+    ai_models: BTreeSet<String>,
+    llm: llm::LlmCompute,
 }
 
 impl fmt::Debug for ComponentHost {
@@ -78,6 +114,8 @@ impl fmt::Debug for ComponentHost {
             .field("variables", &keys)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("key_value_stores", &self.key_value_stores)
+            .field("sqlite", &self.sqlite)
+            .field("ai_models", &self.ai_models)
             .finish()
     }
 }
@@ -90,7 +128,13 @@ pub struct HostState {
     /// `get_mut`, which never locks.
     table: Mutex<ResourceTable>,
     open_stores: usize,
+    /// Open database and messaging connections (all kinds), capped at
+    /// [`MAX_OPEN_CONNECTIONS`].
+    open_connections: usize,
 }
+
+/// At most this many outbound connections may be open at once in one instance.
+pub const MAX_OPEN_CONNECTIONS: usize = 1024;
 
 impl Clone for HostState {
     /// Shares the component's state; the clone starts with no open handles.
@@ -99,6 +143,7 @@ impl Clone for HostState {
             component: self.component.clone(),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
+            open_connections: 0,
         }
     }
 }
@@ -122,9 +167,13 @@ impl Default for HostState {
                 allowed_hosts: AllowedHosts::default(),
                 key_value_stores: BTreeSet::new(),
                 kv: KvStores::default(),
+                sqlite: sqlite::Databases::default(),
+                ai_models: BTreeSet::new(),
+                llm: llm::LlmCompute::None,
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
+            open_connections: 0,
         }
     }
 }
@@ -150,14 +199,31 @@ impl HostState {
 
         let key_value_stores: BTreeSet<String> =
             component.key_value_stores.iter().cloned().collect();
+        let sqlite_databases: BTreeSet<String> =
+            component.sqlite_databases.iter().cloned().collect();
+        let ai_models: BTreeSet<String> = component.ai_models.iter().cloned().collect();
+        let runtime = if key_value_stores.is_empty()
+            && sqlite_databases.is_empty()
+            && ai_models.is_empty()
+        {
+            RuntimeConfig::default()
+        } else {
+            load_runtime_config(ctx)?
+        };
+        let state_dir = state_dir(ctx);
         let kv = if key_value_stores.is_empty() {
             KvStores::default()
         } else {
-            let runtime = load_runtime_config(ctx)?;
-            let state_dir = state_dir(ctx);
             open_shared_stores(&key_value_stores, &state_dir, &runtime, &ctx.app_dir)
                 .with_context(|| format!("component `{}`", component.id))?
         };
+        let sqlite = sqlite::Databases::open(
+            &component.id,
+            &sqlite_databases,
+            &runtime.sqlite_databases,
+            &state_dir,
+            &ctx.app_dir,
+        )?;
         Ok(HostState {
             component: Arc::new(ComponentHost {
                 id: component.id.clone(),
@@ -165,10 +231,73 @@ impl HostState {
                 allowed_hosts,
                 key_value_stores,
                 kv,
+                sqlite,
+                ai_models,
+                llm: runtime.llm_compute.clone(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
+            open_connections: 0,
         })
+    }
+
+    /// Adds an outbound connection to this instance's table, unless
+    /// [`MAX_OPEN_CONNECTIONS`] are open.
+    fn push_connection<T: Send + 'static>(
+        &mut self,
+        conn: T,
+    ) -> Result<wasmtime::component::Resource<T>, ()> {
+        if self.open_connections >= MAX_OPEN_CONNECTIONS {
+            return Err(());
+        }
+        let res = self.table().push(conn).map_err(|_| ())?;
+        self.open_connections += 1;
+        Ok(res)
+    }
+
+    /// Closes an outbound connection the guest dropped.
+    fn drop_connection<T: 'static>(
+        &mut self,
+        conn: wasmtime::component::Resource<T>,
+    ) -> wasmtime::Result<()> {
+        self.table().delete(conn)?;
+        self.open_connections = self.open_connections.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Whether this component may connect to `address`, checked as Spin checks it: the
+    /// address is parsed as a URL (`{default_scheme}://` is put in front when it has no
+    /// scheme or host) and its scheme, host and port must match an `allowed_outbound_hosts`
+    /// entry. A refusal is logged with the entry that would allow it.
+    pub fn outbound_allowed(&self, address: &str, default_scheme: &str) -> bool {
+        let Some((scheme, host, port)) = outbound::parse_outbound_url(address, default_scheme)
+        else {
+            tracing::warn!(
+                "component `{}` tried to connect to `{address}`, which is not a URL",
+                self.component.id
+            );
+            return false;
+        };
+        let allowed = self
+            .component
+            .allowed_hosts
+            .entries()
+            .iter()
+            .any(|e| e.allows(&scheme, Some(&host), port));
+        if !allowed {
+            let authority = match port {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            tracing::error!(
+                "component `{id}` tried to make an outbound network connection to disallowed \
+                 destination '{scheme}://{authority}'. To allow it, add \
+                 allowed_outbound_hosts = [\"{scheme}://{authority}\"] to [component.{id}] in \
+                 spin.toml",
+                id = self.component.id
+            );
+        }
+        allowed
     }
 
     /// The guest handles of this instance.
@@ -241,7 +370,7 @@ fn open_shared_stores(
     })
 }
 
-/// Adds the host-feature interfaces to the linker.
+/// Adds every interface of [`HOST_INTERFACES`] to the linker.
 pub fn add_to_linker(
     linker: &mut wasmtime::component::Linker<InstanceState>,
 ) -> anyhow::Result<()> {
@@ -249,17 +378,157 @@ pub fn add_to_linker(
         &mut state.host
     }
     use bindings::fermyon::spin::config;
-    use bindings::fermyon::spin2_0_0::{key_value, variables as vars};
+    use bindings::fermyon::spin2_0_0 as v2;
+    use bindings::spin::postgres3_0_0::postgres as pg3;
+    use bindings::spin::postgres4_0_0::postgres as pg4;
+    use bindings::spin::sqlite::sqlite as sqlite3;
     use bindings::wasi::config::store as wasi_config;
     use bindings::wasi::keyvalue::{atomics, batch, store};
-    vars::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    key_value::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    config::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    wasi_config::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    store::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    batch::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
-    atomics::add_to_linker::<_, HasSelf<HostState>>(linker, host)?;
+    type H = HasSelf<HostState>;
+    v2::variables::add_to_linker::<_, H>(linker, host)?;
+    v2::key_value::add_to_linker::<_, H>(linker, host)?;
+    v2::sqlite::add_to_linker::<_, H>(linker, host)?;
+    v2::redis::add_to_linker::<_, H>(linker, host)?;
+    v2::rdbms_types::add_to_linker::<_, H>(linker, host)?;
+    v2::postgres::add_to_linker::<_, H>(linker, host)?;
+    v2::mysql::add_to_linker::<_, H>(linker, host)?;
+    v2::mqtt::add_to_linker::<_, H>(linker, host)?;
+    v2::llm::add_to_linker::<_, H>(linker, host)?;
+    config::add_to_linker::<_, H>(linker, host)?;
+    pg3::add_to_linker::<_, H>(linker, host)?;
+    pg4::add_to_linker::<_, H>(linker, host)?;
+    sqlite3::add_to_linker::<_, H>(linker, host)?;
+    wasi_config::add_to_linker::<_, H>(linker, host)?;
+    store::add_to_linker::<_, H>(linker, host)?;
+    batch::add_to_linker::<_, H>(linker, host)?;
+    atomics::add_to_linker::<_, H>(linker, host)?;
     Ok(())
+}
+
+/// WASI packages the runtime links besides [`HOST_INTERFACES`] (wasmtime-wasi's
+/// `wasi:*@0.2.x` and wasi:http), as `package/interface` without version: any 0.2.x
+/// version of them links.
+const WASI_INTERFACES: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+    "wasi:http/types",
+    "wasi:http/outgoing-handler",
+];
+
+/// Whether the runtime links import `name` (`ns:pkg/iface[@version]`).
+fn provides(name: &str) -> bool {
+    if HOST_INTERFACES.contains(&name) {
+        return true;
+    }
+    let (path, version) = name.split_once('@').unwrap_or((name, ""));
+    WASI_INTERFACES.contains(&path) && version.starts_with("0.2.") && !version.contains('-')
+}
+
+/// The interface we provide that is nearest to `name`: the same interface in another
+/// version if there is one (the newest we have), else the one with the fewest character
+/// edits.
+pub fn nearest_interface(name: &str) -> &'static str {
+    let path = name.split_once('@').map_or(name, |(p, _)| p);
+    let candidates = HOST_INTERFACES.iter().copied().chain(
+        WASI_INTERFACES
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with("wasi:cli/terminal")),
+    );
+    let mut best: Option<(usize, &'static str)> = None;
+    for candidate in candidates {
+        let cand_path = candidate.split_once('@').map_or(candidate, |(p, _)| p);
+        let distance = if cand_path == path {
+            0
+        } else {
+            1 + edit_distance(path, cand_path)
+        };
+        // HOST_INTERFACES lists versions oldest first: a later same-path entry wins.
+        if best.is_none_or(|(d, _)| distance < d || (distance == 0 && d == 0)) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map_or("", |(_, c)| c)
+}
+
+/// Levenshtein distance between two short names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Explains why `component` (id `id`) does not link: each instance import this runtime
+/// does not provide, with the nearest one it does. `None` when every import is provided
+/// (the link error is then about types, and wasmtime's message says it).
+pub fn link_error(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    id: &str,
+) -> Option<String> {
+    let missing: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.contains(':') && !provides(name))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = missing
+        .iter()
+        .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
+        .collect();
+    Some(format!(
+        "component `{id}` imports {} that no Spin version provides and this runtime does not \
+         link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin 3.x's \
+         interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, spin:sqlite@3.0.0, \
+         wasi:keyvalue, wasi:config and WASI 0.2)",
+        if missing.len() == 1 {
+            "an interface"
+        } else {
+            "interfaces"
+        },
+        list.join(", ")
+    ))
 }
 
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.

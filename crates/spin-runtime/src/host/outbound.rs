@@ -290,3 +290,96 @@ impl AllowedHosts {
         &self.entries
     }
 }
+
+/// Parses an outbound (non-HTTP) address the way Spin's `OutboundUrl::parse` does, into
+/// (scheme, host, port): a userinfo part is percent-encoded first (passwords may hold any
+/// character), and an address that is not a URL with a host is retried with
+/// `{default_scheme}://` in front (so `127.0.0.1:6379` is `redis://127.0.0.1:6379`).
+pub fn parse_outbound_url(
+    address: &str,
+    default_scheme: &str,
+) -> Option<(String, String, Option<u16>)> {
+    let address = encode_userinfo(address);
+    let parsed = match url::Url::parse(&address) {
+        Ok(u) if u.has_host() => u,
+        _ => url::Url::parse(&format!("{default_scheme}://{address}")).ok()?,
+    };
+    let host = parsed.host_str()?.to_string();
+    Some((parsed.scheme().to_string(), host, parsed.port()))
+}
+
+/// Percent-encodes the userinfo (`user:password@`) of `address`, as Spin does before
+/// parsing it.
+fn encode_userinfo(address: &str) -> String {
+    let Some(at) = address.find('@') else {
+        return address.to_string();
+    };
+    let start = address.find("://").map(|e| e + 3).unwrap_or(0);
+    let path = address[start..]
+        .find('/')
+        .map(|p| p + start)
+        .unwrap_or(usize::MAX);
+    if at < start || at >= path {
+        return address.to_string();
+    }
+    let mut out = address[..start].to_string();
+    for b in address[start..at].bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.push_str(&address[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbound_urls_parse_as_spin_parses_them() {
+        let p = |a: &str, s: &str| parse_outbound_url(a, s);
+        assert_eq!(
+            p("redis://127.0.0.1:6379", "redis"),
+            Some(("redis".into(), "127.0.0.1".into(), Some(6379)))
+        );
+        assert_eq!(
+            p("127.0.0.1:6380", "redis"),
+            Some(("redis".into(), "127.0.0.1".into(), Some(6380)))
+        );
+        assert_eq!(
+            p("localhost:5432", "postgres"),
+            Some(("postgres".into(), "localhost".into(), Some(5432)))
+        );
+        assert_eq!(
+            p("mysql://user:p%w@rd@db.example.com:3306/app", "mysql"),
+            Some(("mysql".into(), "db.example.com".into(), Some(3306)))
+        );
+        assert_eq!(
+            p("mqtt://[::1]:1883?client_id=x", "mqtt"),
+            Some(("mqtt".into(), "[::1]".into(), Some(1883)))
+        );
+        assert_eq!(
+            p("redis://host", "redis"),
+            Some(("redis".into(), "host".into(), None))
+        );
+    }
+
+    #[test]
+    fn outbound_checks_use_the_schemes_default_port() {
+        let hosts = AllowedHosts::parse("c", &["redis://127.0.0.1".into()], |e| Ok(e.into()))
+            .unwrap();
+        let allow = |a: &str| {
+            let (s, h, p) = parse_outbound_url(a, "redis").unwrap();
+            hosts.entries().iter().any(|e| e.allows(&s, Some(&h), p))
+        };
+        assert!(allow("redis://127.0.0.1"));
+        assert!(allow("redis://127.0.0.1:6379"));
+        assert!(allow("127.0.0.1:6379"));
+        assert!(!allow("redis://127.0.0.1:6380"));
+        assert!(!allow("rediss://127.0.0.1:6379"));
+        assert!(!allow("redis://127.0.0.2"));
+    }
+}

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the built guest `.wasm` files are: `GUEST_APPS_DIR`, else the guest workspace's
 /// target dir.
@@ -291,4 +291,54 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[size + 2..];
     }
     out
+}
+
+/// Runs `spin-serve` expecting it to fail at start; returns its stderr.
+pub fn start_failure(app_dir: &Path, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spin-serve"));
+    cmd.arg(app_dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let cache = tempfile::tempdir().unwrap();
+    cmd.env("SPIN_SHIM_COMPILE_CACHE_DIR", cache.path());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn spin-serve");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("spin-serve did not exit although its start should fail");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "spin-serve started; stderr:\n{stderr}");
+    stderr
+}
+
+/// The server's stderr once it contains `needle` (its reader thread may lag behind the
+/// HTTP response); after 10 s, whatever it holds.
+pub fn log_with(server: &Server, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = server.stderr.lock().unwrap().clone();
+        if log.contains(needle) || Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

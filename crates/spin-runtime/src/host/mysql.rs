@@ -1,0 +1,262 @@
+//! Outbound MySQL: `fermyon:spin/mysql@2.0.0` on `mysql_async`, with Spin's type mapping.
+//!
+//! `open` takes a `mysql://user:password@host:port/db` URL, allowed only when the
+//! component's `allowed_outbound_hosts` has it (`mysql://host:port`), else
+//! `connection-failed` ("address ... is not permitted", Spin's text). Connections are
+//! plain TCP: an `ssl-mode` other than `DISABLED` is refused with an error saying so.
+
+use mysql_async::consts::{ColumnFlags, ColumnType};
+use mysql_async::prelude::{FromValue, Queryable as _};
+use wasmtime::component::Resource;
+
+use super::bindings::fermyon::spin2_0_0::{mysql as v2, rdbms_types as v2t};
+use super::sqlite::MAX_RESULT_BYTES;
+use super::HostState;
+use v2t::{Column, DbDataType, DbValue, Error, ParameterValue, RowSet};
+
+/// A guest's open connection (the resource behind `connection`).
+pub struct MysqlConnection {
+    conn: mysql_async::Conn,
+}
+
+fn is_ssl_param(name: &str) -> bool {
+    ["ssl-mode", "sslmode"].contains(&name.to_lowercase().as_str())
+}
+
+/// Connection options from the guest's URL (the `ssl-mode` parameter removed, as Spin does).
+fn options(address: &str) -> Result<mysql_async::Opts, Error> {
+    let url = url::Url::parse(address).map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+    if url
+        .query_pairs()
+        .any(|(k, v)| is_ssl_param(&k) && !v.eq_ignore_ascii_case("disabled"))
+    {
+        return Err(Error::ConnectionFailed(
+            "TLS connections to MySQL are not supported by this runtime; use \
+             ssl-mode=DISABLED or leave ssl-mode out"
+                .into(),
+        ));
+    }
+    let rest: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| !is_ssl_param(k))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let mut cleaned = url.clone();
+    cleaned.set_query(None);
+    if !rest.is_empty() {
+        cleaned.query_pairs_mut().extend_pairs(rest);
+    }
+    mysql_async::Opts::from_url(cleaned.as_str())
+        .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))
+}
+
+fn to_value(p: ParameterValue) -> mysql_async::Value {
+    use mysql_async::Value;
+    match p {
+        ParameterValue::Boolean(v) => Value::from(v),
+        ParameterValue::Int8(v) => Value::from(v),
+        ParameterValue::Int16(v) => Value::from(v),
+        ParameterValue::Int32(v) => Value::from(v),
+        ParameterValue::Int64(v) => Value::from(v),
+        ParameterValue::Uint8(v) => Value::from(v),
+        ParameterValue::Uint16(v) => Value::from(v),
+        ParameterValue::Uint32(v) => Value::from(v),
+        ParameterValue::Uint64(v) => Value::from(v),
+        ParameterValue::Floating32(v) => Value::from(v),
+        ParameterValue::Floating64(v) => Value::from(v),
+        ParameterValue::Str(v) => Value::from(v),
+        ParameterValue::Binary(v) => Value::from(v),
+        ParameterValue::DbNull => Value::NULL,
+    }
+}
+
+fn data_type(column: &mysql_async::Column) -> DbDataType {
+    use ColumnType as C;
+    let ty = column.column_type();
+    let signed = !column.flags().contains(ColumnFlags::UNSIGNED_FLAG);
+    let binary = column.flags().contains(ColumnFlags::BINARY_FLAG);
+    if ty.is_numeric_type() {
+        match (ty, signed) {
+            (C::MYSQL_TYPE_DOUBLE, _) => DbDataType::Floating64,
+            (C::MYSQL_TYPE_FLOAT, _) => DbDataType::Floating32,
+            (C::MYSQL_TYPE_INT24 | C::MYSQL_TYPE_LONG, true) => DbDataType::Int32,
+            (C::MYSQL_TYPE_INT24 | C::MYSQL_TYPE_LONG, false) => DbDataType::Uint32,
+            (C::MYSQL_TYPE_LONGLONG, true) => DbDataType::Int64,
+            (C::MYSQL_TYPE_LONGLONG, false) => DbDataType::Uint64,
+            (C::MYSQL_TYPE_SHORT, true) => DbDataType::Int16,
+            (C::MYSQL_TYPE_SHORT, false) => DbDataType::Uint16,
+            (C::MYSQL_TYPE_TINY, true) => DbDataType::Int8,
+            (C::MYSQL_TYPE_TINY, false) => DbDataType::Uint8,
+            _ => DbDataType::Other,
+        }
+    } else if ty.is_character_type() {
+        match (ty, binary) {
+            (C::MYSQL_TYPE_BLOB, false) => DbDataType::Str,
+            (C::MYSQL_TYPE_BLOB | C::MYSQL_TYPE_LONG_BLOB | C::MYSQL_TYPE_MEDIUM_BLOB, _) => {
+                DbDataType::Binary
+            }
+            (C::MYSQL_TYPE_STRING | C::MYSQL_TYPE_VAR_STRING, true) => DbDataType::Binary,
+            (C::MYSQL_TYPE_STRING | C::MYSQL_TYPE_VAR_STRING, false) => DbDataType::Str,
+            _ => DbDataType::Other,
+        }
+    } else {
+        DbDataType::Other
+    }
+}
+
+fn convert<T: FromValue>(v: mysql_async::Value) -> Result<T, Error> {
+    mysql_async::from_value_opt::<T>(v).map_err(|e| Error::ValueConversionFailed(e.to_string()))
+}
+
+fn db_value(value: Option<mysql_async::Value>, column: Option<&Column>) -> Result<DbValue, Error> {
+    let (value, column) = match (value, column) {
+        (None, _) | (Some(mysql_async::Value::NULL), Some(_)) => return Ok(DbValue::DbNull),
+        (Some(_), None) => return Err(Error::Other("a row has more values than columns".into())),
+        (Some(v), Some(c)) => (v, c),
+    };
+    Ok(match column.data_type {
+        DbDataType::Binary => DbValue::Binary(convert(value)?),
+        DbDataType::Boolean => DbValue::Boolean(convert(value)?),
+        DbDataType::Floating32 => DbValue::Floating32(convert(value)?),
+        DbDataType::Floating64 => DbValue::Floating64(convert(value)?),
+        DbDataType::Int8 => DbValue::Int8(convert(value)?),
+        DbDataType::Int16 => DbValue::Int16(convert(value)?),
+        DbDataType::Int32 => DbValue::Int32(convert(value)?),
+        DbDataType::Int64 => DbValue::Int64(convert(value)?),
+        DbDataType::Str => DbValue::Str(convert(value)?),
+        DbDataType::Uint8 => DbValue::Uint8(convert(value)?),
+        DbDataType::Uint16 => DbValue::Uint16(convert(value)?),
+        DbDataType::Uint32 => DbValue::Uint32(convert(value)?),
+        DbDataType::Uint64 => DbValue::Uint64(convert(value)?),
+        DbDataType::Other => {
+            return Err(Error::ValueConversionFailed(format!(
+                "Cannot convert value {value:?} in column {} data type {:?}",
+                column.name, column.data_type
+            )))
+        }
+    })
+}
+
+fn value_size(v: &DbValue) -> usize {
+    std::mem::size_of::<DbValue>()
+        + match v {
+            DbValue::Str(s) => s.len(),
+            DbValue::Binary(b) => b.len(),
+            _ => 0,
+        }
+}
+
+impl HostState {
+    fn mysql(&mut self, connection: &Resource<MysqlConnection>) -> Result<&mut mysql_async::Conn, Error> {
+        self.table()
+            .get_mut(connection)
+            .map(|c| &mut c.conn)
+            .map_err(|_| Error::ConnectionFailed("no connection found".into()))
+    }
+}
+
+impl v2::Host for HostState {}
+
+impl v2::HostConnection for HostState {
+    async fn open(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<MysqlConnection>, Error>> {
+        if !self.outbound_allowed(&address, "mysql") {
+            return Ok(Err(Error::ConnectionFailed(format!(
+                "address {address} is not permitted"
+            ))));
+        }
+        let opts = match options(&address) {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e)),
+        };
+        let conn = match mysql_async::Conn::new(opts).await {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(Error::ConnectionFailed(format!("{e:?}")))),
+        };
+        Ok(self
+            .push_connection(MysqlConnection { conn })
+            .map_err(|_| Error::ConnectionFailed("too many connections".into())))
+    }
+
+    async fn query(
+        &mut self,
+        connection: Resource<MysqlConnection>,
+        statement: String,
+        params: Vec<ParameterValue>,
+    ) -> wasmtime::Result<Result<RowSet, Error>> {
+        use futures::TryStreamExt as _;
+        let conn = match self.mysql(&connection) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let params =
+            mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+        let result: Result<RowSet, Error> = async {
+            let mut result = conn
+                .exec_iter(&statement, params)
+                .await
+                .map_err(|e| Error::QueryFailed(format!("{e:?}")))?;
+            let columns: Vec<Column> = result
+                .columns()
+                .map(|cols| {
+                    cols.iter()
+                        .map(|c| Column {
+                            name: c.name_str().into_owned(),
+                            data_type: data_type(c),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut stream = result
+                .stream::<mysql_async::Row>()
+                .await
+                .map_err(|e| Error::Other(e.to_string()))?
+                .ok_or_else(|| Error::Other("unable to stream query result".into()))?;
+            let mut rows = Vec::new();
+            let mut bytes = std::mem::size_of::<RowSet>();
+            while let Some(mut row) = stream
+                .try_next()
+                .await
+                .map_err(|e| Error::Other(e.to_string()))?
+            {
+                let values = (0..row.len())
+                    .map(|i| db_value(row.take(i), columns.get(i)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                bytes += values.iter().map(value_size).sum::<usize>();
+                if bytes > MAX_RESULT_BYTES {
+                    return Err(Error::Other(format!(
+                        "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
+                    )));
+                }
+                rows.push(values);
+            }
+            Ok(RowSet { columns, rows })
+        }
+        .await;
+        Ok(result)
+    }
+
+    async fn execute(
+        &mut self,
+        connection: Resource<MysqlConnection>,
+        statement: String,
+        params: Vec<ParameterValue>,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        let conn = match self.mysql(&connection) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let params =
+            mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+        Ok(conn
+            .exec_batch(&statement, [params])
+            .await
+            .map_err(|e| Error::QueryFailed(format!("{e:?}"))))
+    }
+
+    async fn drop(&mut self, connection: Resource<MysqlConnection>) -> wasmtime::Result<()> {
+        self.drop_connection(connection)
+    }
+}

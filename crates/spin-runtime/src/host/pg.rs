@@ -1,0 +1,894 @@
+//! Outbound PostgreSQL: `spin:postgres/postgres@4.0.0`, `spin:postgres/postgres@3.0.0` and
+//! `fermyon:spin/postgres@2.0.0` on `tokio-postgres`, with Spin's type mapping (the newest
+//! version's values, converted down for the older ones exactly as Spin converts them).
+//!
+//! `open` takes a libpq connection string or URL; every host in it must be allowed by the
+//! component's `allowed_outbound_hosts` (`postgres://host:port`), else `connection-failed`
+//! ("address postgres://... is not permitted", Spin's text). Connections are plain TCP
+//! (`sslmode=disable` and `prefer` behave alike here; `require` is refused).
+
+use std::pin::pin;
+
+use anyhow::{anyhow, Context as _};
+use bytes::BufMut as _;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::Row;
+use wasmtime::component::Resource;
+
+use super::bindings::fermyon::spin2_0_0::{postgres as v2, rdbms_types as v2t};
+use super::bindings::spin::postgres3_0_0::postgres as v3;
+use super::bindings::spin::postgres4_0_0::postgres as v4;
+use super::sqlite::MAX_RESULT_BYTES;
+use super::HostState;
+
+/// A guest's open connection (the resource behind every version's `connection`).
+pub struct PgConnection {
+    client: std::sync::Arc<tokio_postgres::Client>,
+}
+
+fn conn_failed(msg: impl Into<String>) -> v4::Error {
+    v4::Error::ConnectionFailed(msg.into())
+}
+
+impl HostState {
+    /// Checks every host of `address` against `allowed_outbound_hosts`, as Spin does.
+    fn pg_check_allowed(&self, config: &tokio_postgres::Config) -> Result<(), v4::Error> {
+        let ports = config.get_ports();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            match host {
+                tokio_postgres::config::Host::Tcp(name) => {
+                    let port = ports
+                        .get(i)
+                        .or(if ports.len() == 1 { ports.first() } else { None });
+                    let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+                    let url = format!("{name}{port}");
+                    if !self.outbound_allowed(&url, "postgres") {
+                        return Err(conn_failed(format!(
+                            "address postgres://{url} is not permitted"
+                        )));
+                    }
+                }
+                tokio_postgres::config::Host::Unix(_) => {
+                    return Err(conn_failed("Unix sockets are not supported on WebAssembly"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn pg_open(&mut self, address: &str) -> Result<u32, v4::Error> {
+        let config = address
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| conn_failed(e.to_string()))?;
+        self.pg_check_allowed(&config)?;
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(conn_failed(
+                "sslmode=require: TLS connections to PostgreSQL are not supported by this \
+                 runtime; use sslmode=disable",
+            ));
+        }
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| conn_failed(format!("{e:?}")))?;
+        // The connection task ends when the client is dropped (guest drops the resource).
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("PostgreSQL connection closed: {e}");
+            }
+        });
+        let res = self
+            .push_connection(PgConnection {
+                client: std::sync::Arc::new(client),
+            })
+            .map_err(|_| conn_failed("too many connections"))?;
+        Ok(res.rep())
+    }
+
+    fn pg_client(&mut self, rep: u32) -> Result<std::sync::Arc<tokio_postgres::Client>, v4::Error> {
+        self.table()
+            .get(&Resource::<PgConnection>::new_borrow(rep))
+            .map(|c| c.client.clone())
+            .map_err(|_| conn_failed("no connection found"))
+    }
+
+    async fn pg_execute(
+        &mut self,
+        rep: u32,
+        statement: &str,
+        params: Vec<v4::ParameterValue>,
+    ) -> Result<u64, v4::Error> {
+        let client = self.pg_client(rep)?;
+        let params = params
+            .iter()
+            .map(to_sql)
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(|e| v4::Error::ValueConversionFailed(format!("{e:?}")))?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params
+            .iter()
+            .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        client.execute(statement, &refs).await.map_err(query_failed)
+    }
+
+    async fn pg_query(
+        &mut self,
+        rep: u32,
+        statement: &str,
+        params: Vec<v4::ParameterValue>,
+    ) -> Result<v4::RowSet, v4::Error> {
+        use futures::TryStreamExt as _;
+        let client = self.pg_client(rep)?;
+        let params = params
+            .iter()
+            .map(to_sql)
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(|e| v4::Error::BadParameter(format!("{e:?}")))?;
+        let mut results = pin!(client
+            .query_raw(statement, params)
+            .await
+            .map_err(query_failed)?);
+        let mut columns = None;
+        let mut bytes = std::mem::size_of::<v4::RowSet>();
+        let mut rows = Vec::new();
+        let collected: anyhow::Result<()> = async {
+            while let Some(row) = results.try_next().await? {
+                if columns.is_none() {
+                    columns = Some(
+                        row.columns()
+                            .iter()
+                            .map(|c| v4::Column {
+                                name: c.name().to_owned(),
+                                data_type: data_type(c.type_()),
+                            })
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                let values = (0..row.len())
+                    .map(|i| db_value(&row, i))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                bytes += values.iter().map(value_size).sum::<usize>();
+                if bytes > MAX_RESULT_BYTES {
+                    anyhow::bail!("query result exceeds limit of {MAX_RESULT_BYTES} bytes");
+                }
+                rows.push(values);
+            }
+            Ok(())
+        }
+        .await;
+        collected.map_err(|e| v4::Error::QueryFailed(v4::QueryError::Text(format!("{e:?}"))))?;
+        Ok(v4::RowSet {
+            columns: columns.unwrap_or_default(),
+            rows,
+        })
+    }
+}
+
+fn query_failed(e: tokio_postgres::Error) -> v4::Error {
+    let flattened = format!("{e:?}");
+    let error = match e.as_db_error() {
+        None => v4::QueryError::Text(flattened),
+        Some(db) => {
+            let mut extras = Vec::new();
+            let mut extra = |name: &str, value: Option<String>| {
+                if let Some(v) = value {
+                    extras.push((name.to_string(), v));
+                }
+            };
+            extra("column", db.column().map(str::to_owned));
+            extra("constraint", db.constraint().map(str::to_owned));
+            extra("routine", db.routine().map(str::to_owned));
+            extra("hint", db.hint().map(str::to_owned));
+            extra("table", db.table().map(str::to_owned));
+            extra("datatype", db.datatype().map(str::to_owned));
+            extra("schema", db.schema().map(str::to_owned));
+            extra("file", db.file().map(str::to_owned));
+            extra("line", db.line().map(|l| l.to_string()));
+            extra("where_", db.where_().map(str::to_owned));
+            v4::QueryError::DbError(v4::DbError {
+                as_text: flattened,
+                severity: db.severity().to_owned(),
+                code: db.code().code().to_owned(),
+                message: db.message().to_owned(),
+                detail: db.detail().map(str::to_owned),
+                extras,
+            })
+        }
+    };
+    v4::Error::QueryFailed(error)
+}
+
+fn data_type(ty: &Type) -> v4::DbDataType {
+    use v4::DbDataType as D;
+    match *ty {
+        Type::BOOL => D::Boolean,
+        Type::BYTEA => D::Binary,
+        Type::FLOAT4 => D::Floating32,
+        Type::FLOAT8 => D::Floating64,
+        Type::INT2 => D::Int16,
+        Type::INT4 => D::Int32,
+        Type::INT8 => D::Int64,
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR => D::Str,
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => D::Datetime,
+        Type::DATE => D::Date,
+        Type::TIME => D::Time,
+        Type::UUID => D::Uuid,
+        Type::JSONB => D::Jsonb,
+        Type::NUMERIC => D::Decimal,
+        Type::INT4_RANGE => D::RangeInt32,
+        Type::INT8_RANGE => D::RangeInt64,
+        Type::NUM_RANGE => D::RangeDecimal,
+        Type::INT4_ARRAY => D::ArrayInt32,
+        Type::INT8_ARRAY => D::ArrayInt64,
+        Type::NUMERIC_ARRAY => D::ArrayDecimal,
+        Type::TEXT_ARRAY | Type::VARCHAR_ARRAY | Type::BPCHAR_ARRAY => D::ArrayStr,
+        Type::INTERVAL => D::Interval,
+        _ => D::Other(ty.name().to_owned()),
+    }
+}
+
+/// Reads column `i`, NULL as `db-null`.
+fn get<'a, T: FromSql<'a>, W>(
+    row: &'a Row,
+    i: usize,
+    convert: impl FnOnce(T) -> anyhow::Result<W>,
+    ctor: impl FnOnce(W) -> v4::DbValue,
+) -> anyhow::Result<v4::DbValue> {
+    Ok(match row.try_get::<_, Option<T>>(i)? {
+        Some(v) => ctor(convert(v)?),
+        None => v4::DbValue::DbNull,
+    })
+}
+
+fn same<T>(v: T) -> anyhow::Result<T> {
+    Ok(v)
+}
+
+type WitRange<T> = (
+    Option<(T, v4::RangeBoundKind)>,
+    Option<(T, v4::RangeBoundKind)>,
+);
+
+fn bound_kind(t: postgres_range::BoundType) -> v4::RangeBoundKind {
+    match t {
+        postgres_range::BoundType::Inclusive => v4::RangeBoundKind::Inclusive,
+        postgres_range::BoundType::Exclusive => v4::RangeBoundKind::Exclusive,
+    }
+}
+
+fn pg_bound_kind(k: v4::RangeBoundKind) -> postgres_range::BoundType {
+    match k {
+        v4::RangeBoundKind::Inclusive => postgres_range::BoundType::Inclusive,
+        v4::RangeBoundKind::Exclusive => postgres_range::BoundType::Exclusive,
+    }
+}
+
+fn range_to_wit<T: PartialOrd + postgres_range::Normalizable, U>(
+    r: postgres_range::Range<T>,
+    f: impl Fn(&T) -> U,
+) -> WitRange<U> {
+    (
+        r.lower().map(|b| (f(&b.value), bound_kind(b.type_))),
+        r.upper().map(|b| (f(&b.value), bound_kind(b.type_))),
+    )
+}
+
+fn range_to_pg<T: PartialOrd + postgres_range::Normalizable + Clone, U>(
+    (lower, upper): &WitRange<U>,
+    f: impl Fn(&U) -> anyhow::Result<T>,
+) -> anyhow::Result<postgres_range::Range<T>> {
+    let lower = match lower {
+        Some((v, k)) => Some(postgres_range::RangeBound::new(f(v)?, pg_bound_kind(*k))),
+        None => None,
+    };
+    let upper = match upper {
+        Some((v, k)) => Some(postgres_range::RangeBound::new(f(v)?, pg_bound_kind(*k))),
+        None => None,
+    };
+    Ok(postgres_range::Range::new(lower, upper))
+}
+
+fn db_value(row: &Row, i: usize) -> anyhow::Result<v4::DbValue> {
+    use chrono::{Datelike as _, Timelike as _};
+    use v4::DbValue as V;
+    let date = |d: chrono::NaiveDate| -> anyhow::Result<(i32, u8, u8)> {
+        Ok((d.year(), d.month().try_into()?, d.day().try_into()?))
+    };
+    let time = |t: chrono::NaiveTime| -> anyhow::Result<(u8, u8, u8, u32)> {
+        Ok((
+            t.hour().try_into()?,
+            t.minute().try_into()?,
+            t.second().try_into()?,
+            t.nanosecond(),
+        ))
+    };
+    let column = &row.columns()[i];
+    match *column.type_() {
+        Type::BOOL => get(row, i, same, V::Boolean),
+        Type::BYTEA => get(row, i, same, V::Binary),
+        Type::FLOAT4 => get(row, i, same, V::Floating32),
+        Type::FLOAT8 => get(row, i, same, V::Floating64),
+        Type::INT2 => get(row, i, same, V::Int16),
+        Type::INT4 => get(row, i, same, V::Int32),
+        Type::INT8 => get(row, i, same, V::Int64),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR => get(row, i, same, V::Str),
+        Type::TIMESTAMP => get(
+            row,
+            i,
+            |v: chrono::NaiveDateTime| {
+                let (y, m, d) = date(v.date())?;
+                let (h, mi, s, ns) = time(v.time())?;
+                Ok((y, m, d, h, mi, s, ns))
+            },
+            V::Datetime,
+        ),
+        Type::TIMESTAMPTZ => get(
+            row,
+            i,
+            |v: chrono::DateTime<chrono::Utc>| {
+                let v = v.naive_utc();
+                let (y, m, d) = date(v.date())?;
+                let (h, mi, s, ns) = time(v.time())?;
+                Ok((y, m, d, h, mi, s, ns))
+            },
+            V::Datetime,
+        ),
+        Type::DATE => get(row, i, date, V::Date),
+        Type::TIME => get(row, i, time, V::Time),
+        Type::UUID => get(row, i, |v: uuid::Uuid| Ok(v.to_string()), V::Uuid),
+        Type::JSONB => get(
+            row,
+            i,
+            |v: serde_json::Value| serde_json::to_vec(&v).context("invalid JSON from database"),
+            V::Jsonb,
+        ),
+        Type::NUMERIC => get(row, i, |v: rust_decimal::Decimal| Ok(v.to_string()), V::Decimal),
+        Type::INT4_RANGE => get(
+            row,
+            i,
+            |r: postgres_range::Range<i32>| Ok(range_to_wit(r, |v| *v)),
+            V::RangeInt32,
+        ),
+        Type::INT8_RANGE => get(
+            row,
+            i,
+            |r: postgres_range::Range<i64>| Ok(range_to_wit(r, |v| *v)),
+            V::RangeInt64,
+        ),
+        Type::NUM_RANGE => get(
+            row,
+            i,
+            |r: postgres_range::Range<Decimal>| Ok(range_to_wit(r, |v| v.0.to_string())),
+            V::RangeDecimal,
+        ),
+        Type::INT4_ARRAY => get(row, i, same, V::ArrayInt32),
+        Type::INT8_ARRAY => get(row, i, same, V::ArrayInt64),
+        Type::NUMERIC_ARRAY => get(
+            row,
+            i,
+            |v: Vec<Option<rust_decimal::Decimal>>| {
+                Ok(v.iter().map(|d| d.map(|d| d.to_string())).collect())
+            },
+            V::ArrayDecimal,
+        ),
+        Type::TEXT_ARRAY | Type::VARCHAR_ARRAY | Type::BPCHAR_ARRAY => {
+            get(row, i, same, V::ArrayStr)
+        }
+        Type::INTERVAL => get(row, i, |v: Interval| Ok(v.0), V::Interval),
+        _ => get(row, i, |v: Raw| Ok(v.0), V::Unsupported),
+    }
+}
+
+fn value_size(v: &v4::DbValue) -> usize {
+    use v4::DbValue as V;
+    std::mem::size_of::<v4::DbValue>()
+        + match v {
+            V::Str(s) | V::Uuid(s) | V::Decimal(s) => s.len(),
+            V::Binary(b) | V::Jsonb(b) | V::Unsupported(b) => b.len(),
+            V::ArrayStr(a) | V::ArrayDecimal(a) => {
+                a.iter().map(|s| s.as_ref().map_or(0, String::len) + 24).sum()
+            }
+            V::ArrayInt32(a) => a.len() * 8,
+            V::ArrayInt64(a) => a.len() * 16,
+            V::RangeDecimal((l, u)) => {
+                l.as_ref().map_or(0, |b| b.0.len()) + u.as_ref().map_or(0, |b| b.0.len())
+            }
+            _ => 0,
+        }
+}
+
+fn decimal(s: &str) -> anyhow::Result<rust_decimal::Decimal> {
+    rust_decimal::Decimal::from_str_exact(s).with_context(|| format!("invalid decimal {s}"))
+}
+
+fn to_sql(v: &v4::ParameterValue) -> anyhow::Result<Box<dyn ToSql + Send + Sync>> {
+    use v4::ParameterValue as P;
+    Ok(match v {
+        P::Boolean(v) => Box::new(*v),
+        P::Int8(v) => Box::new(*v),
+        P::Int16(v) => Box::new(*v),
+        P::Int32(v) => Box::new(*v),
+        P::Int64(v) => Box::new(*v),
+        P::Floating32(v) => Box::new(*v),
+        P::Floating64(v) => Box::new(*v),
+        P::Str(v) => Box::new(v.clone()),
+        P::Binary(v) => Box::new(v.clone()),
+        P::Date((y, m, d)) => Box::new(
+            chrono::NaiveDate::from_ymd_opt(*y, (*m).into(), (*d).into())
+                .ok_or_else(|| anyhow!("invalid date y={y}, m={m}, d={d}"))?,
+        ),
+        P::Time((h, mi, s, ns)) => Box::new(
+            chrono::NaiveTime::from_hms_nano_opt((*h).into(), (*mi).into(), (*s).into(), *ns)
+                .ok_or_else(|| anyhow!("invalid time {h}:{mi}:{s}:{ns}"))?,
+        ),
+        P::Datetime((y, m, d, h, mi, s, ns)) => {
+            let date = chrono::NaiveDate::from_ymd_opt(*y, (*m).into(), (*d).into())
+                .ok_or_else(|| anyhow!("invalid date y={y}, m={m}, d={d}"))?;
+            let time =
+                chrono::NaiveTime::from_hms_nano_opt((*h).into(), (*mi).into(), (*s).into(), *ns)
+                    .ok_or_else(|| anyhow!("invalid time {h}:{mi}:{s}:{ns}"))?;
+            Box::new(chrono::NaiveDateTime::new(date, time))
+        }
+        P::Timestamp(v) => Box::new(
+            chrono::DateTime::<chrono::Utc>::from_timestamp(*v, 0)
+                .ok_or_else(|| anyhow!("invalid epoch timestamp {v}"))?,
+        ),
+        P::Uuid(v) => {
+            Box::new(uuid::Uuid::parse_str(v).with_context(|| format!("invalid UUID {v}"))?)
+        }
+        P::Jsonb(v) => Box::new(
+            serde_json::from_slice::<serde_json::Value>(v)
+                .with_context(|| format!("invalid JSON {}", String::from_utf8_lossy(v)))?,
+        ),
+        P::Decimal(v) => Box::new(decimal(v)?),
+        P::RangeInt32(r) => Box::new(range_to_pg(r, |v: &i32| Ok(*v))?),
+        P::RangeInt64(r) => Box::new(range_to_pg(r, |v: &i64| Ok(*v))?),
+        P::RangeDecimal(r) => Box::new(range_to_pg(r, |v: &String| Ok(Decimal(decimal(v)?)))?),
+        P::ArrayInt32(v) => Box::new(v.clone()),
+        P::ArrayInt64(v) => Box::new(v.clone()),
+        P::ArrayDecimal(v) => Box::new(
+            v.iter()
+                .map(|d| d.as_deref().map(decimal).transpose())
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        ),
+        P::ArrayStr(v) => Box::new(v.clone()),
+        P::Interval(v) => Box::new(Interval(*v)),
+        P::DbNull => Box::new(Null),
+    })
+}
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+/// SQL NULL for any parameter type.
+#[derive(Debug)]
+struct Null;
+
+impl ToSql for Null {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        _out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, BoxError> {
+        Ok(tokio_postgres::types::IsNull::Yes)
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    fn to_sql_checked(
+        &self,
+        _ty: &Type,
+        _out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, BoxError> {
+        Ok(tokio_postgres::types::IsNull::Yes)
+    }
+}
+
+/// A column of a type Spin does not map: its raw bytes.
+struct Raw(Vec<u8>);
+
+impl FromSql<'_> for Raw {
+    fn from_sql(_ty: &Type, raw: &[u8]) -> Result<Self, BoxError> {
+        Ok(Raw(raw.to_vec()))
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+}
+
+/// PostgreSQL `interval` in its binary form: microseconds, days, months (big-endian).
+#[derive(Debug)]
+struct Interval(v4::Interval);
+
+impl ToSql for Interval {
+    tokio_postgres::types::to_sql_checked!();
+
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, BoxError> {
+        out.put_i64(self.0.micros);
+        out.put_i32(self.0.days);
+        out.put_i32(self.0.months);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
+    }
+}
+
+impl FromSql<'_> for Interval {
+    fn from_sql(_ty: &Type, raw: &[u8]) -> Result<Self, BoxError> {
+        let raw: [u8; 16] = raw
+            .try_into()
+            .map_err(|_| format!("an interval is 16 bytes, got {}", raw.len()))?;
+        let (micros, rest) = raw.split_at(8);
+        let (days, months) = rest.split_at(4);
+        Ok(Interval(v4::Interval {
+            micros: i64::from_be_bytes(micros.try_into()?),
+            days: i32::from_be_bytes(days.try_into()?),
+            months: i32::from_be_bytes(months.try_into()?),
+        }))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
+    }
+}
+
+/// A decimal usable as a range bound (`numrange`).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+struct Decimal(rust_decimal::Decimal);
+
+impl ToSql for Decimal {
+    tokio_postgres::types::to_sql_checked!();
+
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, BoxError> {
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <rust_decimal::Decimal as ToSql>::accepts(ty)
+    }
+}
+
+impl FromSql<'_> for Decimal {
+    fn from_sql(ty: &Type, raw: &[u8]) -> Result<Self, BoxError> {
+        Ok(Decimal(rust_decimal::Decimal::from_sql(ty, raw)?))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <rust_decimal::Decimal as FromSql>::accepts(ty)
+    }
+}
+
+impl postgres_range::Normalizable for Decimal {
+    fn normalize<S: postgres_range::BoundSided>(
+        bound: postgres_range::RangeBound<S, Self>,
+    ) -> postgres_range::RangeBound<S, Self> {
+        bound
+    }
+}
+
+// ---- spin:postgres/postgres@4.0.0 ----
+
+impl v4::Host for HostState {}
+
+impl v4::HostConnection for HostState {
+    async fn open(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<PgConnection>, v4::Error>> {
+        Ok(self.pg_open(&address).await.map(Resource::new_own))
+    }
+
+    async fn query(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> wasmtime::Result<Result<v4::RowSet, v4::Error>> {
+        Ok(self.pg_query(connection.rep(), &statement, params).await)
+    }
+
+    async fn execute(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> wasmtime::Result<Result<u64, v4::Error>> {
+        Ok(self.pg_execute(connection.rep(), &statement, params).await)
+    }
+
+    async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
+        self.drop_connection(connection)
+    }
+}
+
+// ---- spin:postgres/postgres@3.0.0 ----
+
+fn v3_error(e: v4::Error) -> v3::Error {
+    match e {
+        v4::Error::ConnectionFailed(s) => v3::Error::ConnectionFailed(s),
+        v4::Error::BadParameter(s) => v3::Error::BadParameter(s),
+        v4::Error::QueryFailed(v4::QueryError::Text(s)) => v3::Error::QueryFailed(s),
+        v4::Error::QueryFailed(v4::QueryError::DbError(e)) => v3::Error::QueryFailed(e.as_text),
+        v4::Error::ValueConversionFailed(s) => v3::Error::ValueConversionFailed(s),
+        v4::Error::Other(s) => v3::Error::Other(s),
+    }
+}
+
+fn v3_param(p: v3::ParameterValue) -> v4::ParameterValue {
+    use v3::ParameterValue as P3;
+    use v4::ParameterValue as P;
+    match p {
+        P3::Boolean(v) => P::Boolean(v),
+        P3::Int8(v) => P::Int8(v),
+        P3::Int16(v) => P::Int16(v),
+        P3::Int32(v) => P::Int32(v),
+        P3::Int64(v) => P::Int64(v),
+        P3::Floating32(v) => P::Floating32(v),
+        P3::Floating64(v) => P::Floating64(v),
+        P3::Str(v) => P::Str(v),
+        P3::Binary(v) => P::Binary(v),
+        P3::Date(v) => P::Date(v),
+        P3::Time(v) => P::Time(v),
+        P3::Datetime(v) => P::Datetime(v),
+        P3::Timestamp(v) => P::Timestamp(v),
+        P3::DbNull => P::DbNull,
+    }
+}
+
+fn v3_rowset(r: v4::RowSet) -> v3::RowSet {
+    use v3::DbDataType as T3;
+    use v3::DbValue as V3;
+    use v4::DbDataType as T;
+    use v4::DbValue as V;
+    v3::RowSet {
+        columns: r
+            .columns
+            .into_iter()
+            .map(|c| v3::Column {
+                name: c.name,
+                data_type: match c.data_type {
+                    T::Boolean => T3::Boolean,
+                    T::Int8 => T3::Int8,
+                    T::Int16 => T3::Int16,
+                    T::Int32 => T3::Int32,
+                    T::Int64 => T3::Int64,
+                    T::Floating32 => T3::Floating32,
+                    T::Floating64 => T3::Floating64,
+                    T::Str => T3::Str,
+                    T::Binary => T3::Binary,
+                    T::Date => T3::Date,
+                    T::Time => T3::Time,
+                    T::Datetime => T3::Datetime,
+                    T::Timestamp => T3::Timestamp,
+                    _ => T3::Other,
+                },
+            })
+            .collect(),
+        rows: r
+            .rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| match v {
+                        V::Boolean(v) => V3::Boolean(v),
+                        V::Int8(v) => V3::Int8(v),
+                        V::Int16(v) => V3::Int16(v),
+                        V::Int32(v) => V3::Int32(v),
+                        V::Int64(v) => V3::Int64(v),
+                        V::Floating32(v) => V3::Floating32(v),
+                        V::Floating64(v) => V3::Floating64(v),
+                        V::Str(v) => V3::Str(v),
+                        V::Binary(v) => V3::Binary(v),
+                        V::Date(v) => V3::Date(v),
+                        V::Time(v) => V3::Time(v),
+                        V::Datetime(v) => V3::Datetime(v),
+                        V::Timestamp(v) => V3::Timestamp(v),
+                        V::DbNull => V3::DbNull,
+                        _ => V3::Unsupported,
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+impl v3::Host for HostState {}
+
+impl v3::HostConnection for HostState {
+    async fn open(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<PgConnection>, v3::Error>> {
+        Ok(self
+            .pg_open(&address)
+            .await
+            .map(Resource::new_own)
+            .map_err(v3_error))
+    }
+
+    async fn query(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v3::ParameterValue>,
+    ) -> wasmtime::Result<Result<v3::RowSet, v3::Error>> {
+        let params = params.into_iter().map(v3_param).collect();
+        Ok(self
+            .pg_query(connection.rep(), &statement, params)
+            .await
+            .map(v3_rowset)
+            .map_err(v3_error))
+    }
+
+    async fn execute(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v3::ParameterValue>,
+    ) -> wasmtime::Result<Result<u64, v3::Error>> {
+        let params = params.into_iter().map(v3_param).collect();
+        Ok(self
+            .pg_execute(connection.rep(), &statement, params)
+            .await
+            .map_err(v3_error))
+    }
+
+    async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
+        self.drop_connection(connection)
+    }
+}
+
+// ---- fermyon:spin/postgres@2.0.0 (rdbms-types) ----
+
+fn v2_error(e: v4::Error) -> v2t::Error {
+    match e {
+        v4::Error::ConnectionFailed(s) => v2t::Error::ConnectionFailed(s),
+        v4::Error::BadParameter(s) => v2t::Error::BadParameter(s),
+        v4::Error::QueryFailed(v4::QueryError::Text(s)) => v2t::Error::QueryFailed(s),
+        v4::Error::QueryFailed(v4::QueryError::DbError(e)) => v2t::Error::QueryFailed(e.as_text),
+        v4::Error::ValueConversionFailed(s) => v2t::Error::ValueConversionFailed(s),
+        v4::Error::Other(s) => v2t::Error::Other(s),
+    }
+}
+
+fn v2_params(params: Vec<v2t::ParameterValue>) -> Result<Vec<v4::ParameterValue>, v2t::Error> {
+    use v2t::ParameterValue as P2;
+    use v4::ParameterValue as P;
+    params
+        .into_iter()
+        .map(|p| {
+            Ok(match p {
+                P2::Boolean(v) => P::Boolean(v),
+                P2::Int8(v) => P::Int8(v),
+                P2::Int16(v) => P::Int16(v),
+                P2::Int32(v) => P::Int32(v),
+                P2::Int64(v) => P::Int64(v),
+                P2::Uint8(_) | P2::Uint16(_) | P2::Uint32(_) | P2::Uint64(_) => {
+                    return Err(v2t::Error::ValueConversionFailed(
+                        "Postgres does not support unsigned integers".to_owned(),
+                    ))
+                }
+                P2::Floating32(v) => P::Floating32(v),
+                P2::Floating64(v) => P::Floating64(v),
+                P2::Str(v) => P::Str(v),
+                P2::Binary(v) => P::Binary(v),
+                P2::DbNull => P::DbNull,
+            })
+        })
+        .collect()
+}
+
+fn v2_rowset(r: v4::RowSet) -> v2t::RowSet {
+    use v2t::DbDataType as T2;
+    use v2t::DbValue as V2;
+    use v4::DbDataType as T;
+    use v4::DbValue as V;
+    v2t::RowSet {
+        columns: r
+            .columns
+            .into_iter()
+            .map(|c| v2t::Column {
+                name: c.name,
+                data_type: match c.data_type {
+                    T::Boolean => T2::Boolean,
+                    T::Int8 => T2::Int8,
+                    T::Int16 => T2::Int16,
+                    T::Int32 => T2::Int32,
+                    T::Int64 => T2::Int64,
+                    T::Floating32 => T2::Floating32,
+                    T::Floating64 => T2::Floating64,
+                    T::Str => T2::Str,
+                    T::Binary => T2::Binary,
+                    _ => T2::Other,
+                },
+            })
+            .collect(),
+        rows: r
+            .rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| match v {
+                        V::Boolean(v) => V2::Boolean(v),
+                        V::Int8(v) => V2::Int8(v),
+                        V::Int16(v) => V2::Int16(v),
+                        V::Int32(v) => V2::Int32(v),
+                        V::Int64(v) => V2::Int64(v),
+                        V::Floating32(v) => V2::Floating32(v),
+                        V::Floating64(v) => V2::Floating64(v),
+                        V::Str(v) => V2::Str(v),
+                        V::Binary(v) => V2::Binary(v),
+                        V::DbNull => V2::DbNull,
+                        _ => V2::Unsupported,
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}
+
+impl v2::Host for HostState {}
+
+impl v2::HostConnection for HostState {
+    async fn open(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<PgConnection>, v2t::Error>> {
+        Ok(self
+            .pg_open(&address)
+            .await
+            .map(Resource::new_own)
+            .map_err(v2_error))
+    }
+
+    async fn query(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v2t::ParameterValue>,
+    ) -> wasmtime::Result<Result<v2t::RowSet, v2t::Error>> {
+        let params = match v2_params(params) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(self
+            .pg_query(connection.rep(), &statement, params)
+            .await
+            .map(v2_rowset)
+            .map_err(v2_error))
+    }
+
+    async fn execute(
+        &mut self,
+        connection: Resource<PgConnection>,
+        statement: String,
+        params: Vec<v2t::ParameterValue>,
+    ) -> wasmtime::Result<Result<u64, v2t::Error>> {
+        let params = match v2_params(params) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(self
+            .pg_execute(connection.rep(), &statement, params)
+            .await
+            .map_err(v2_error))
+    }
+
+    async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
+        self.drop_connection(connection)
+    }
+}
+
+impl v2t::Host for HostState {}

@@ -1,0 +1,232 @@
+//! Outbound Redis: `fermyon:spin/redis@2.0.0` on the `redis` crate, as Spin implements it.
+//!
+//! `open` is allowed only to addresses in the component's `allowed_outbound_hosts`
+//! (`redis://host:port`; an address without a scheme is taken as `redis://`); a denied
+//! address is `invalid-address`, as in Spin, and the log names the entry to add.
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncCommands, FromRedisValue, Value};
+use wasmtime::component::Resource;
+
+use super::bindings::fermyon::spin2_0_0::redis as v2;
+use super::HostState;
+use v2::{Error, RedisParameter, RedisResult};
+
+/// A guest's open connection (the resource behind `connection`).
+pub struct RedisConnection {
+    conn: MultiplexedConnection,
+}
+
+fn other(e: impl std::fmt::Display) -> Error {
+    Error::Other(e.to_string())
+}
+
+impl HostState {
+    fn redis(&mut self, connection: &Resource<RedisConnection>) -> Result<MultiplexedConnection, Error> {
+        // A multiplexed connection is a cheap handle on one shared socket.
+        self.table()
+            .get(connection)
+            .map(|c| c.conn.clone())
+            .map_err(|_| Error::Other("could not find connection for resource".into()))
+    }
+}
+
+/// The guest's connection, or the call's `Err` result.
+macro_rules! connection {
+    ($state:expr, $resource:expr) => {
+        match $state.redis(&$resource) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        }
+    };
+}
+
+impl v2::Host for HostState {}
+
+impl v2::HostConnection for HostState {
+    async fn open(
+        &mut self,
+        address: String,
+    ) -> wasmtime::Result<Result<Resource<RedisConnection>, Error>> {
+        if !self.outbound_allowed(&address, "redis") {
+            return Ok(Err(Error::InvalidAddress));
+        }
+        let client = match redis::Client::open(address.as_str()) {
+            Ok(c) => c,
+            Err(_) => return Ok(Err(Error::InvalidAddress)),
+        };
+        let conn = match client.get_multiplexed_async_connection().await {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(other(e))),
+        };
+        Ok(self
+            .push_connection(RedisConnection { conn })
+            .map_err(|_| Error::TooManyConnections))
+    }
+
+    async fn publish(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        channel: String,
+        payload: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.publish::<_, _, ()>(&channel, &payload).await.map_err(other))
+    }
+
+    async fn get(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.get::<_, Option<Vec<u8>>>(&key).await.map_err(other))
+    }
+
+    async fn set(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.set::<_, _, ()>(&key, &value).await.map_err(other))
+    }
+
+    async fn incr(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+    ) -> wasmtime::Result<Result<i64, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.incr::<_, _, i64>(&key, 1).await.map_err(other))
+    }
+
+    async fn del(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        keys: Vec<String>,
+    ) -> wasmtime::Result<Result<u32, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.del::<_, u32>(&keys).await.map_err(other))
+    }
+
+    async fn sadd(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+        values: Vec<String>,
+    ) -> wasmtime::Result<Result<u32, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.sadd::<_, _, u32>(&key, &values).await.map_err(|e| {
+            // Spin's `type-error`: the key holds another type (the server's WRONGTYPE).
+            if e.code() == Some("WRONGTYPE") || e.kind() == redis::ErrorKind::UnexpectedReturnType {
+                Error::TypeError
+            } else {
+                other(e)
+            }
+        }))
+    }
+
+    async fn smembers(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+    ) -> wasmtime::Result<Result<Vec<String>, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.smembers::<_, Vec<String>>(&key).await.map_err(other))
+    }
+
+    async fn srem(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        key: String,
+        values: Vec<String>,
+    ) -> wasmtime::Result<Result<u32, Error>> {
+        let mut conn = connection!(self, connection);
+        Ok(conn.srem::<_, _, u32>(&key, &values).await.map_err(other))
+    }
+
+    async fn execute(
+        &mut self,
+        connection: Resource<RedisConnection>,
+        command: String,
+        arguments: Vec<RedisParameter>,
+    ) -> wasmtime::Result<Result<Vec<RedisResult>, Error>> {
+        let mut conn = connection!(self, connection);
+        let mut cmd = redis::cmd(&command);
+        for arg in &arguments {
+            match arg {
+                RedisParameter::Int64(v) => cmd.arg(v),
+                RedisParameter::Binary(v) => cmd.arg(v),
+            };
+        }
+        let results = match cmd.query_async::<Results>(&mut conn).await {
+            Ok(r) => r.0,
+            Err(e) => return Ok(Err(other(e))),
+        };
+        let size: usize = results
+            .iter()
+            .map(|r| {
+                std::mem::size_of::<RedisResult>()
+                    + match r {
+                        RedisResult::Binary(b) => b.len(),
+                        RedisResult::Status(s) => s.len(),
+                        _ => 0,
+                    }
+            })
+            .sum();
+        if size > super::sqlite::MAX_RESULT_BYTES {
+            return Ok(Err(Error::Other(format!(
+                "query result exceeds limit of {} bytes",
+                super::sqlite::MAX_RESULT_BYTES
+            ))));
+        }
+        Ok(Ok(results))
+    }
+
+    async fn drop(&mut self, connection: Resource<RedisConnection>) -> wasmtime::Result<()> {
+        self.drop_connection(connection)
+    }
+}
+
+/// A command's reply flattened into Spin's result list (nested arrays and sets are
+/// flattened; maps, attributes, verbatim strings and pushes are type errors, as in Spin).
+struct Results(Vec<RedisResult>);
+
+impl FromRedisValue for Results {
+    fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
+        fn unsupported(what: &str) -> redis::ParsingError {
+            format!("Could not convert Redis response: Redis {what} type is not supported").into()
+        }
+        fn append(out: &mut Vec<RedisResult>, value: Value) -> Result<(), redis::ParsingError> {
+            match value {
+                Value::Nil => out.push(RedisResult::Nil),
+                Value::Int(v) => out.push(RedisResult::Int64(v)),
+                Value::BulkString(b) => out.push(RedisResult::Binary(b)),
+                Value::SimpleString(s) => out.push(RedisResult::Status(s)),
+                Value::Okay => out.push(RedisResult::Status("OK".into())),
+                Value::Array(items) | Value::Set(items) => {
+                    for item in items {
+                        append(out, item)?;
+                    }
+                }
+                Value::Double(v) => out.push(RedisResult::Binary(v.to_string().into_bytes())),
+                Value::Boolean(v) => out.push(RedisResult::Int64(i64::from(v))),
+                Value::BigNumber(v) => out.push(RedisResult::Binary(v)),
+                Value::Map(_) => return Err(unsupported("Map")),
+                Value::Attribute { .. } => return Err(unsupported("Attribute")),
+                Value::VerbatimString { .. } => {
+                    return Err(unsupported("string with format attribute"))
+                }
+                Value::Push { .. } => return Err(unsupported("Pub/Sub")),
+                Value::ServerError(err) => return Err(format!("Server error: {err:?}").into()),
+                other => return Err(format!("Redis reply {other:?} is not supported").into()),
+            }
+            Ok(())
+        }
+        let mut out = Vec::new();
+        append(&mut out, value)?;
+        Ok(Results(out))
+    }
+}

@@ -1,0 +1,304 @@
+//! Real database and broker servers for host-interface tests, from the Debian packages
+//! `scripts/setup.sh` installs: each one runs in the foreground on a free 127.0.0.1 port
+//! with its data in a temp dir, and is stopped by its pid (then the dir is removed) when
+//! the fixture drops. Used by spin-runtime's and the integration crate's tests.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A server process and its data dir; stopped (by pid) and removed on drop.
+pub struct ServerProcess {
+    /// What runs (for messages).
+    pub name: &'static str,
+    /// Its loopback port.
+    pub port: u16,
+    child: Child,
+    stop_signal: &'static str,
+    /// Data dir (removed after the process is gone).
+    pub dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn wait_ready(&mut self, ready: impl Fn(&ServerProcess) -> bool) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "{} exited during start ({status}); its log:\n{}",
+                    self.name,
+                    read_log(self.dir.path())
+                );
+            }
+            if ready(self) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not accept connections on {} within {START_TIMEOUT:?}; its log:\n{}",
+                self.name,
+                self.addr(),
+                read_log(self.dir.path())
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .arg(format!("-{}", self.stop_signal))
+                .arg(&pid)
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if self.child.try_wait().ok().flatten().is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tcp_ready(s: &ServerProcess) -> bool {
+    TcpStream::connect_timeout(&s.addr(), Duration::from_millis(200)).is_ok()
+}
+
+fn log_file(dir: &Path) -> (Stdio, Stdio) {
+    let f = std::fs::File::create(dir.join("server.log")).unwrap();
+    (f.try_clone().unwrap().into(), f.into())
+}
+
+fn spawn(name: &'static str, mut cmd: Command, dir: &Path) -> Child {
+    let (out, err) = log_file(dir);
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start {name} ({e}): run scripts/setup.sh to install the packages")
+        })
+}
+
+/// Whether `prog` is installed (for a clear message).
+fn require(prog: &str, package: &str) -> String {
+    let candidates = [
+        format!("/usr/bin/{prog}"),
+        format!("/usr/sbin/{prog}"),
+        format!("/bin/{prog}"),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or_else(|| {
+            panic!("{prog} is missing: install the Debian package {package} (scripts/setup.sh)")
+        })
+}
+
+/// `redis-server` without persistence.
+pub fn redis() -> ServerProcess {
+    let bin = require("redis-server", "redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(dir.path());
+    let child = spawn("redis-server", cmd, dir.path());
+    let mut s = ServerProcess {
+        name: "redis-server",
+        port,
+        child,
+        stop_signal: "TERM",
+        dir,
+    };
+    s.wait_ready(tcp_ready);
+    s
+}
+
+/// Debian's PostgreSQL (`/usr/lib/postgresql/<version>/bin`), run as user `postgres`
+/// (PostgreSQL refuses root) with trust authentication for user `postgres` on loopback.
+pub fn postgres() -> ServerProcess {
+    let bin_dir = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()
+        .and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("bin"))
+                .find(|p| p.join("postgres").exists())
+        })
+        .expect("PostgreSQL is missing: install the Debian package postgresql (scripts/setup.sh)");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success(), "chown the PostgreSQL dir to postgres");
+    let as_postgres = |prog: &Path| {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(prog);
+        c
+    };
+    let init = as_postgres(&bin_dir.join("initdb"))
+        .args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "initdb failed: {}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let port = free_port();
+    let mut cmd = as_postgres(&bin_dir.join("postgres"));
+    cmd.arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+        .arg("-k")
+        .arg(dir.path())
+        .args(["-c", "fsync=off"]);
+    let child = spawn("postgres", cmd, dir.path());
+    let mut s = ServerProcess {
+        name: "postgres",
+        port,
+        child,
+        // Fast shutdown: ends client sessions.
+        stop_signal: "INT",
+        dir,
+    };
+    let isready = bin_dir.join("pg_isready");
+    s.wait_ready(|s| {
+        Command::new(&isready)
+            .args(["-q", "-h", "127.0.0.1", "-p", &s.port.to_string()])
+            .status()
+            .is_ok_and(|st| st.success())
+    });
+    s
+}
+
+/// MariaDB (`mariadbd`) as root with grant tables skipped (any user, no password) and a
+/// database `spin_test`.
+pub fn mariadb() -> ServerProcess {
+    let install = require("mariadb-install-db", "mariadb-server");
+    let server = require("mariadbd", "mariadb-server");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(install)
+        .args(["--no-defaults", "--user=root", "--skip-test-db"])
+        .arg(format!("--datadir={}", data.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mariadb-install-db failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = free_port();
+    let mut cmd = Command::new(server);
+    cmd.args(["--no-defaults", "--user=root", "--skip-grant-tables"])
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--socket={}", dir.path().join("mysqld.sock").display()))
+        .arg(format!("--pid-file={}", dir.path().join("mysqld.pid").display()))
+        .args(["--bind-address=127.0.0.1", &format!("--port={port}")])
+        .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"]);
+    let child = spawn("mariadbd", cmd, dir.path());
+    let mut s = ServerProcess {
+        name: "mariadbd",
+        port,
+        child,
+        stop_signal: "TERM",
+        dir,
+    };
+    let client = require("mariadb", "mariadb-client");
+    s.wait_ready(|s| {
+        Command::new(&client)
+            .args(["--no-defaults", "-h", "127.0.0.1", "-u", "root"])
+            .arg(format!("-P{}", s.port))
+            .args(["-e", "CREATE DATABASE IF NOT EXISTS spin_test"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|st| st.success())
+    });
+    s
+}
+
+/// Mosquitto with one anonymous loopback listener and no persistence.
+pub fn mosquitto() -> ServerProcess {
+    let bin = require("mosquitto", "mosquitto");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = dir.path().join("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.arg("-c").arg(&conf);
+    let child = spawn("mosquitto", cmd, dir.path());
+    let mut s = ServerProcess {
+        name: "mosquitto",
+        port,
+        child,
+        stop_signal: "TERM",
+        dir,
+    };
+    s.wait_ready(tcp_ready);
+    s
+}
+
+/// Percent-encodes `s` for a query string value (unreserved characters kept).
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
