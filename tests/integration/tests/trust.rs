@@ -528,8 +528,7 @@ fn containers_see_only_their_own_compiled_components_read_only() {
                 let log = n.c.log_tail(40);
                 let line = log
                     .lines()
-                    .filter(|l| l.contains("key-value") || l.contains("sqlite"))
-                    .last()
+                    .rfind(|l| l.contains("key-value") || l.contains("sqlite"))
                     .unwrap_or("")
                     .to_string();
                 format!("the app exited: {line}")
