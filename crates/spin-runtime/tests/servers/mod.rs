@@ -237,14 +237,8 @@ pub fn mariadb() -> ServerProcess {
     let mut cmd = Command::new(server);
     cmd.args(["--no-defaults", "--user=root", "--skip-grant-tables"])
         .arg(format!("--datadir={}", data.display()))
-        .arg(format!(
-            "--socket={}",
-            dir.path().join("mysqld.sock").display()
-        ))
-        .arg(format!(
-            "--pid-file={}",
-            dir.path().join("mysqld.pid").display()
-        ))
+        .arg(format!("--socket={}", dir.path().join("mysqld.sock").display()))
+        .arg(format!("--pid-file={}", dir.path().join("mysqld.pid").display()))
         .args(["--bind-address=127.0.0.1", &format!("--port={port}")])
         .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"]);
     let child = spawn("mariadbd", cmd, dir.path());
@@ -277,7 +271,9 @@ pub fn mosquitto() -> ServerProcess {
     let conf = dir.path().join("mosquitto.conf");
     std::fs::write(
         &conf,
-        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\n"),
+        format!(
+            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\n"
+        ),
     )
     .unwrap();
     let mut cmd = Command::new(bin);
