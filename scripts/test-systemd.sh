@@ -100,9 +100,9 @@ trap 'exit 130' INT TERM
 
 # --- images ------------------------------------------------------------------------------
 t=$(date +%s.%N)
-# pause (static C program), busybox and wasi-hello archives, by tests/images/build.sh.
-OUT="$work" SHIM_BIN_DIR="$target/release" GUEST_APPS_DIR="$apps_dir" bash tests/images/build.sh >/dev/null \
-    || die "tests/images/build.sh failed"
+# pause (static C program), busybox and wasi-hello archives, as the integration tests build them.
+GUEST_APPS_DIR="$apps_dir" "$target/release/test-images" "$work" >/dev/null \
+    || die "building the test images (test-images) failed"
 "$builder" spin-container --name localhost/spin-cpu:test --app "$repo/tests/apps/spin-cpu" -o "$work/spin-cpu.tar" >/dev/null \
     || die "building the spin-cpu image failed"
 log "images built in $(elapsed "$t")s"
