@@ -131,6 +131,8 @@ pub struct HostState {
     /// Open database and messaging connections (all kinds), capped at
     /// [`MAX_OPEN_CONNECTIONS`].
     open_connections: usize,
+    /// The app itself, for service chaining and self requests ([`crate::chain`]).
+    pub(crate) chain: Arc<crate::chain::ChainSlot>,
 }
 
 /// At most this many outbound connections may be open at once in one instance.
@@ -144,6 +146,7 @@ impl Clone for HostState {
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: self.chain.clone(),
         }
     }
 }
@@ -174,6 +177,7 @@ impl Default for HostState {
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: Default::default(),
         }
     }
 }
@@ -236,6 +240,7 @@ impl HostState {
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: Default::default(),
         })
     }
 
@@ -537,7 +542,19 @@ pub fn link_error(
 /// component tried what and which `allowed_outbound_hosts` entry would allow it.
 pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime_wasi_http::Error> {
     let component = &state.component;
-    if component.allowed_hosts.allows_uri(uri) {
+    // A request to the app itself may use either scheme (Spin's `check_relative_url`).
+    let allowed = if crate::chain::is_self_request(uri) {
+        ["http", "https"].iter().any(|s| {
+            component
+                .allowed_hosts
+                .entries()
+                .iter()
+                .any(|e| e.allows(s, None, None))
+        })
+    } else {
+        component.allowed_hosts.allows_uri(uri)
+    };
+    if allowed {
         return Ok(());
     }
     tracing::error!("{}", denied_message(&component.id, uri));
@@ -549,10 +566,10 @@ pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime
 pub fn denied_message(component_id: &str, uri: &http::Uri) -> String {
     let scheme = uri.scheme_str().unwrap_or("http");
     // Scheme, host and port only: paths and queries may carry tokens.
-    let suggestion = match (uri.host(), uri.port_u16()) {
+    let suggestion = match (uri.host().filter(|h| !h.is_empty()), uri.port_u16()) {
+        (None, _) => "http://self".to_string(),
         (Some(host), Some(port)) => format!("{scheme}://{host}:{port}"),
         (Some(host), None) => format!("{scheme}://{host}"),
-        (None, _) => format!("{scheme}://self"),
     };
     format!(
         "component `{component_id}` is not allowed to send an HTTP request to {suggestion}: the \
