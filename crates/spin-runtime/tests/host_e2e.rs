@@ -310,3 +310,53 @@ fn outbound_bad_pattern_fails_at_start() {
         "{stderr}"
     );
 }
+
+/// `[[variables_provider]]` of the runtime config, as Spin defines them: `static` values
+/// and an `env` provider with its own prefix and dotenv file come before the container
+/// env; Vault and Azure Key Vault are refused at start naming the section.
+#[test]
+fn runtime_config_variables_providers() {
+    let app = prepare_app("spin-variables");
+    std::fs::write(app.path().join("vars.env"), "MYAPP_GREETING=from-dotenv\n").unwrap();
+    std::fs::write(
+        app.path().join("runtime-config.toml"),
+        "[[variables_provider]]\ntype = \"static\"\nvalues = { api_token = \"static-token\" }\n\n\
+         [[variables_provider]]\ntype = \"env\"\nprefix = \"MYAPP\"\ndotenv_path = \"vars.env\"\n",
+    )
+    .unwrap();
+    let server = Server::start(app.path(), &[("API_TOKEN", "env-token")]);
+    // static beats the container env; the env provider's dotenv gives the greeting.
+    assert_eq!(server.get("/token").text(), "static-token");
+    assert_eq!(server.get("/greeting").text(), "from-dotenv");
+    drop(server);
+    // The env provider reads the container env before its dotenv file.
+    let server = Server::start(app.path(), &[("MYAPP_GREETING", "from-env")]);
+    assert_eq!(server.get("/greeting").text(), "from-env");
+    drop(server);
+
+    for (kind, name) in [
+        ("vault", "HashiCorp Vault"),
+        ("azure_key_vault", "Azure Key Vault"),
+    ] {
+        std::fs::write(
+            app.path().join("runtime-config.toml"),
+            format!("[[variables_provider]]\ntype = \"{kind}\"\nurl = \"http://127.0.0.1:1\"\n"),
+        )
+        .unwrap();
+        let e = start_failure(app.path(), &[("API_TOKEN", "t")]);
+        assert!(
+            e.contains("variables_provider") && e.contains(kind) && e.contains(name),
+            "{kind}: {e}"
+        );
+    }
+    // An unknown runtime-config section is named in a warning, never silently dropped.
+    std::fs::write(
+        app.path().join("runtime-config.toml"),
+        "[made_up_section]\nx = 1\n",
+    )
+    .unwrap();
+    let server = Server::start(app.path(), &[("API_TOKEN", "t")]);
+    assert_eq!(server.get("/token").text(), "t");
+    let log = log_with(&server, "made_up_section");
+    assert!(log.contains("`made_up_section` is not used"), "{log}");
+}

@@ -52,6 +52,8 @@ pub struct RuntimeConfig {
     pub sqlite_databases: BTreeMap<String, super::sqlite::DatabaseDefinition>,
     /// Where LLM inference runs (`[llm_compute]`, see [`super::llm`]).
     pub llm_compute: super::llm::LlmCompute,
+    /// `[[variables_provider]]` entries, in order (see [`super::variables::Provider`]).
+    pub variables_providers: Vec<super::variables::Provider>,
 }
 
 impl RuntimeConfig {
@@ -77,6 +79,14 @@ impl RuntimeConfig {
                 }
                 "llm_compute" => {
                     config.llm_compute = super::llm::parse_runtime_config(value, origin)?;
+                    continue;
+                }
+                "variables_provider" | "config_provider" => {
+                    config
+                        .variables_providers
+                        .extend(super::variables::parse_providers(
+                            value, section, base_dir, origin,
+                        )?);
                     continue;
                 }
                 _ => {}

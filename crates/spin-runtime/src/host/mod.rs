@@ -186,13 +186,16 @@ impl HostState {
     /// Builds the state for `component` of `app`; `ctx` gives the container env and app
     /// directory.
     ///
-    /// Resolves every application variable (container env `NAME` > `SPIN_VARIABLE_NAME` >
-    /// default; a required one without a value is an error naming it), expands the
+    /// Resolves every application variable (runtime-config providers > container env
+    /// `NAME` > `SPIN_VARIABLE_NAME` > default; a required one without a value is an error
+    /// naming it), expands the
     /// component's variable templates and `allowed_outbound_hosts`, and opens the key-value
     /// stores the component lists (shared with other components of the process that use
     /// the same database).
     pub fn new(component: &Component, app: &App, ctx: &HostContext) -> anyhow::Result<Self> {
-        let resolved = variables::resolve_all(&app.variables, &ctx.env)?;
+        let runtime = load_runtime_config(ctx)?;
+        let resolved =
+            variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)?;
         let values = variables::component_values(&component.id, &component.variables, &resolved)?;
         let allowed_hosts =
             AllowedHosts::parse(&component.id, &component.allowed_outbound_hosts, |entry| {
@@ -206,12 +209,6 @@ impl HostState {
         let sqlite_databases: BTreeSet<String> =
             component.sqlite_databases.iter().cloned().collect();
         let ai_models: BTreeSet<String> = component.ai_models.iter().cloned().collect();
-        let runtime =
-            if key_value_stores.is_empty() && sqlite_databases.is_empty() && ai_models.is_empty() {
-                RuntimeConfig::default()
-            } else {
-                load_runtime_config(ctx)?
-            };
         let state_dir = state_dir(ctx);
         let kv = if key_value_stores.is_empty() {
             KvStores::default()
