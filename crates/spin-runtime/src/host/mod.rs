@@ -36,7 +36,7 @@ use wasmtime::component::{HasSelf, ResourceTable};
 
 use crate::app::{App, Component};
 use crate::{HostContext, InstanceState};
-use kv::{KvStores, RuntimeConfig, SqliteStore, StoreDefinition};
+use kv::{KvStore, KvStores, RuntimeConfig, StoreDefinition};
 use outbound::AllowedHosts;
 use variables::ComponentValue;
 
@@ -341,8 +341,8 @@ fn load_runtime_config(ctx: &HostContext) -> anyhow::Result<RuntimeConfig> {
 /// Stores already open in this process, so that every component using a database shares
 /// one connection (and in-memory stores are shared at all).
 type StoreKey = (PathBuf, String);
-fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, Weak<SqliteStore>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<StoreKey, Weak<SqliteStore>>>> = OnceLock::new();
+fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, Weak<KvStore>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<StoreKey, Weak<KvStore>>>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 
@@ -360,7 +360,8 @@ fn open_shared_stores(
         // In-memory stores are identified by the app they belong to.
         let key_path = match def {
             StoreDefinition::Sqlite(Some(path)) => path.clone(),
-            _ => app_dir.join(":memory:"),
+            StoreDefinition::Redis(url) => PathBuf::from(format!("redis:{url}")),
+            StoreDefinition::Sqlite(None) => app_dir.join(":memory:"),
         };
         let key = (key_path, label.to_string());
         if let Some(store) = registry.get(&key).and_then(Weak::upgrade) {
