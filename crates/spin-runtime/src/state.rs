@@ -92,6 +92,12 @@ impl WasiHttpHooks for HostState {
             }
             v => v,
         };
+        if let Some(config) = host::client_tls_for(self, request.uri()) {
+            return Box::new(async move {
+                verdict?;
+                host::tls::send(request, options, config).await
+            });
+        }
         Box::new(async move {
             use http_body_util::BodyExt;
             verdict?;

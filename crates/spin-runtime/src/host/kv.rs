@@ -54,6 +54,8 @@ pub struct RuntimeConfig {
     pub llm_compute: super::llm::LlmCompute,
     /// `[[variables_provider]]` entries, in order (see [`super::variables::Provider`]).
     pub variables_providers: Vec<super::variables::Provider>,
+    /// `[[client_tls]]` entries (see [`super::tls`]).
+    pub client_tls: Vec<super::tls::ClientTls>,
 }
 
 impl RuntimeConfig {
@@ -79,6 +81,10 @@ impl RuntimeConfig {
                 }
                 "llm_compute" => {
                     config.llm_compute = super::llm::parse_runtime_config(value, origin)?;
+                    continue;
+                }
+                "client_tls" => {
+                    config.client_tls = super::tls::parse_runtime_config(value, base_dir, origin)?;
                     continue;
                 }
                 "variables_provider" | "config_provider" => {

@@ -24,6 +24,7 @@ pub mod outbound;
 pub mod pg;
 pub mod redis;
 pub mod sqlite;
+pub mod tls;
 pub mod variables;
 
 use std::collections::{BTreeSet, HashMap};
@@ -102,6 +103,8 @@ pub struct ComponentHost {
     sqlite: sqlite::Databases,
     ai_models: BTreeSet<String>,
     llm: llm::LlmCompute,
+    /// The runtime config's `[[client_tls]]` entries naming this component.
+    tls: Vec<tls::ClientTls>,
 }
 
 impl fmt::Debug for ComponentHost {
@@ -173,6 +176,7 @@ impl Default for HostState {
                 sqlite: sqlite::Databases::default(),
                 ai_models: BTreeSet::new(),
                 llm: llm::LlmCompute::None,
+                tls: Vec::new(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
@@ -233,6 +237,12 @@ impl HostState {
                 sqlite,
                 ai_models,
                 llm: runtime.llm_compute.clone(),
+                tls: runtime
+                    .client_tls
+                    .iter()
+                    .filter(|t| t.components.iter().any(|c| c == &component.id))
+                    .cloned()
+                    .collect(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
@@ -532,6 +542,22 @@ pub fn link_error(
         },
         list.join(", ")
     ))
+}
+
+/// The `[[client_tls]]` client config for an HTTPS request to `uri`, if the runtime config
+/// has one for this component and host.
+pub fn client_tls_for(state: &HostState, uri: &http::Uri) -> Option<Arc<rustls::ClientConfig>> {
+    if uri.scheme_str() != Some("https") {
+        return None;
+    }
+    let host = uri.host()?;
+    let port = uri.port_u16().unwrap_or(443);
+    state
+        .component
+        .tls
+        .iter()
+        .find(|t| t.covers(host, port))
+        .map(|t| t.config.clone())
 }
 
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.
