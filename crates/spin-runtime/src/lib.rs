@@ -18,6 +18,7 @@ pub mod compile_cache;
 pub mod componentize;
 pub mod host;
 pub mod limits;
+pub mod metrics;
 pub mod routing;
 pub mod runtime;
 pub mod server;
@@ -115,9 +116,15 @@ pub async fn serve_app(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let cfg = config.clone();
-    let loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
+    let mut loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
         .await
         .context("app loading task failed")??;
+    if let Some(addr) = config.metrics_addr {
+        let m = metrics::Metrics::new(&loaded.app.name);
+        m.loaded(loaded.stats.cache_hits as u64, loaded.stats.compiled as u64);
+        metrics::serve(m.clone(), addr).await?;
+        loaded.metrics = Some(m);
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| {
