@@ -12,6 +12,8 @@
 //! Entry points: [`run_in_container`] (the shim's Spin executor) and the `spin-serve`
 //! binary (development, tests, benchmarks).
 
+#![warn(missing_docs)]
+
 pub mod app;
 pub mod chain;
 pub mod compile_cache;

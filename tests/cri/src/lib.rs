@@ -7,6 +7,8 @@
 //! - [`node`]: a private containerd configured as a kubelet node (CRI, pause image, runtimes).
 //! - [`scenario`]: the Spin pod scenario and the runc control, with all their checks.
 
+#![warn(missing_docs)]
+
 pub mod cgroups;
 pub mod cri;
 pub mod kubelet;

@@ -16,6 +16,8 @@
 //! `INTEGRATION_RUNTIME` (runtime the shim tests use, default `io.containerd.spin.v2`;
 //! `io.containerd.runc.v2` to exercise the harness without our shim).
 
+#![warn(missing_docs)]
+
 pub mod cgroups;
 pub mod images;
 

@@ -13,6 +13,8 @@
 //! - [`metrics`]: reading `ctr task metrics --format json`.
 //! - [`scenario`]: the two cases.
 
+#![warn(missing_docs)]
+
 pub mod metrics;
 pub mod scenario;
 pub mod systemd;
