@@ -646,6 +646,56 @@ impl Drop for Containerd {
     }
 }
 
+/// The names in directory `dir`, sorted (empty when it cannot be read).
+pub fn dir_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The parent pid of `pid` (from `/proc/<pid>/stat`), if the process exists.
+pub fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Pids whose parent is `pid`, sorted.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut v: Vec<i32> = all_pids().filter(|p| ppid(*p) == Some(pid)).collect();
+    v.sort();
+    v
+}
+
+/// The arguments of process `pid` (empty when it is gone or a zombie).
+pub fn cmdline(pid: i32) -> Vec<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// Pids of live (not zombie) processes whose arguments are exactly `args`.
+pub fn pids_running(args: &[&str]) -> Vec<i32> {
+    all_pids().filter(|p| cmdline(*p) == args).collect()
+}
+
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+}
+
 /// A unique suffix for names (pid, time and a counter), lowercase hex.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -15,8 +15,9 @@ use anyhow::{ensure, Context, Result};
 use integration::cgroups::cgroup_exists;
 use integration::images::{BUSYBOX, PAUSE, WASI_HELLO};
 use integration::{
-    free_loopback_port, require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard,
-    CgroupMode, Containerd, ContainerdConfig, ContainerdVersion, TestImages,
+    children, free_loopback_port, ppid, require_shim, test_runtime, unique, wait_for,
+    workspace_root, CgroupGuard, CgroupMode, Containerd, ContainerdConfig, ContainerdVersion,
+    TestImages,
 };
 use oci_image_builder::spin;
 
@@ -145,15 +146,7 @@ impl Soak {
     }
 
     fn state_entries(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.state_dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        integration::dir_entries(&self.state_dir)
     }
 }
 
@@ -170,13 +163,6 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
-}
-
 /// The one shim server of the pod: of the processes with the shim's command line (its
 /// container-creation helper may share it), the one whose parent is not one of them.
 fn pod_shim(c: &Containerd) -> Result<i32> {
@@ -191,21 +177,6 @@ fn pod_shim(c: &Containerd) -> Result<i32> {
         "want one shim server for the pod, got {servers:?} (shim processes {pids:?})"
     );
     Ok(servers[0])
-}
-
-/// Pids whose parent is `pid`.
-fn children(pid: i32) -> Vec<i32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if ppid(p) == Some(pid) {
-            v.push(p);
-        }
-    }
-    v.sort();
-    v
 }
 
 /// Least-squares slope of y over x.
