@@ -421,17 +421,25 @@ pub fn helper_main(executor: ShimExecutor) -> ! {
         );
         std::process::exit(2);
     }
-    // Move the socket off fd 0 (close-on-exec, so native containers never inherit it) and
-    // give 0 and 1 to /dev/null; stderr stays the server's log.
-    // SAFETY: fcntl/dup2/open on standard descriptors.
-    let sock = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) };
-    if sock < 0 {
+    // Move the socket to fd 3 (close-on-exec, so native containers never inherit it), close
+    // every other descriptor inherited from the server (Wasm containers never exec, so they
+    // would hold its sockets for their lifetime), and give 0 and 1 to /dev/null; stderr
+    // stays the server's log.
+    const SOCK: libc::c_int = 3;
+    // SAFETY: dup2/fcntl/close_range on descriptors this process owns.
+    let moved = unsafe {
+        libc::dup2(0, SOCK) == SOCK
+            && libc::fcntl(SOCK, libc::F_SETFD, libc::FD_CLOEXEC) == 0
+            && libc::close_range(SOCK as u32 + 1, u32::MAX, 0) == 0
+    };
+    if !moved {
         eprintln!(
-            "container-creation helper: dup of stdin: {}",
+            "container-creation helper: moving its socket to fd {SOCK}: {}",
             std::io::Error::last_os_error()
         );
         std::process::exit(1);
     }
+    let sock = SOCK;
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
