@@ -21,6 +21,9 @@
 //!   on stderr, SIGTERM/SIGINT -> 128+signal), then ELF or `#!` -> native exec; else create
 //!   fails naming the entrypoint. wasip2 components built by current Rust report any
 //!   non-zero `exit(n)` as 1 (they import `wasi:cli/exit.exit`, not `exit-with-code`).
+//! - Containers are created by the helper in [`zygote`]; a create it does not answer within
+//!   `<E>_SHIM_CREATE_TIMEOUT_SECS` (default 60) fails naming that variable, and a helper
+//!   that died or hung is replaced for the next create.
 //! - Exec, checkpoint and terminals are refused ("... not supported by io.containerd.<e>.v2").
 //! - Events: TaskCreate, TaskStart, TaskExit, TaskDelete, TaskPaused, TaskResumed, TaskOOM.
 //! - Logging: the server logs to the bundle's `log` FIFO (containerd's log); level from
