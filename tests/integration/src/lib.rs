@@ -245,6 +245,8 @@ pub struct Containerd {
     bin_dir: PathBuf,
     child: Option<Child>,
     pid: i32,
+    /// containerd's environment (PATH with the shim first, then the config's).
+    env: Vec<(String, String)>,
 }
 
 impl Containerd {
@@ -321,8 +323,30 @@ state = "{state}"
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
         );
-        let log = std::fs::File::create(d.join("containerd.log"))?;
-        let mut cmd = match mode {
+        let mut env = vec![("PATH".to_string(), path)];
+        env.extend(config.env.iter().cloned());
+        let mut me = Self {
+            version,
+            mode,
+            dir,
+            bin_dir,
+            child: None,
+            pid: 0,
+            env,
+        };
+        me.launch()?;
+        Ok(me)
+    }
+
+    /// Starts the daemon with the instance's config and waits until it answers.
+    fn launch(&mut self) -> Result<()> {
+        let containerd = self.bin_dir.join("containerd");
+        let cfg = self.dir().join("config.toml");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("containerd.log"))?;
+        let mut cmd = match self.mode {
             CgroupMode::Host => {
                 let mut c = Command::new(&containerd);
                 c.arg("--config").arg(&cfg);
@@ -338,38 +362,46 @@ state = "{state}"
             }
         };
         let child = cmd
-            .env("PATH", path)
-            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .with_context(|| format!("cannot start {}", containerd.display()))?;
-        let pid = child.id() as i32;
-        let mut me = Self {
-            version,
-            mode,
-            dir,
-            bin_dir,
-            child: Some(child),
-            pid,
-        };
+        self.pid = child.id() as i32;
+        self.child = Some(child);
         let ready = wait_for(Duration::from_secs(30), || {
-            if let Some(Ok(Some(_))) = me.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return Some(false);
             }
-            let ok = output_with_timeout(me.ctr().arg("version"), Duration::from_secs(5))
+            let ok = output_with_timeout(self.ctr().arg("version"), Duration::from_secs(5))
                 .map(|o| o.status.success())
                 .unwrap_or(false);
             ok.then_some(true)
         });
         if ready != Some(true) {
             bail!(
-                "containerd {version:?} ({mode:?}) did not come up; log tail:\n{}",
-                me.log_tail(40)
+                "containerd {:?} ({:?}) did not come up; log tail:\n{}",
+                self.version,
+                self.mode,
+                self.log_tail(40)
             );
         }
-        Ok(me)
+        Ok(())
+    }
+
+    /// Stops containerd (SIGTERM; its shims and tasks keep running, as on a node) and
+    /// starts it again with the same config, root and state.
+    pub fn restart(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(self.pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            if wait_for(Duration::from_secs(15), || child.try_wait().ok().flatten()).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        self.launch()
     }
 
     /// containerd's version.

@@ -9,6 +9,9 @@
 //!   state dir or container process is left, no task is listed, and for Start containerd
 //!   publishes the task's exit (137).
 //!
+//! - containerd restarted (1.6 and 1.7) under a pod's running native and Spin tasks: tasks,
+//!   pids and the shim survive, the app serves, later exits and creates work.
+//!
 //! Hooks come from a spec given to `ctr run --config` (`ctr oci spec` plus the hook); they
 //! run outside the container (as with runc), so the test ends its own hook processes.
 //! Run as root: `cargo test --release -p integration --test faults -- --nocapture`.
@@ -500,4 +503,146 @@ fn faults_leave_nothing_behind_and_the_pod_keeps_working() {
         }
     }
     assert!(failed.is_empty(), "failed: {failed:?}");
+}
+
+const SPIN_IMAGE: &str = "docker.io/library/spin-hello:faults";
+
+/// containerd restarted under one pod's running native and Spin tasks: the tasks, their
+/// pids and the pod's shim survive, the Spin app keeps serving, exits after the restart are
+/// reported, a new create in the pod works, and deleting leaves no cgroup or shim.
+fn restart_leg(version: ContainerdVersion) -> Result<()> {
+    let images = tempfile::tempdir()?;
+    let built = TestImages::build(images.path())?;
+    let spin_tar = images.path().join("spin.tar");
+    oci_image_builder::spin::container_image(
+        SPIN_IMAGE,
+        &integration::workspace_root().join("tests/apps/spin-hello"),
+        &[],
+    )?
+    .write_archive(&spin_tar)?;
+    let mut c = Containerd::start(version, CgroupMode::Host)?;
+    for tar in [&built.wasi_hello, &built.busybox, &spin_tar] {
+        c.import(tar, false)?;
+    }
+    let root = unique("restart-");
+    let _guard = CgroupGuard::new(&root);
+    let runtime = test_runtime();
+    let pod = unique("rpod");
+    let annotation = format!("io.kubernetes.cri.sandbox-id={pod}");
+    let port = integration::free_loopback_port()?;
+    let listen = format!("SPIN_HTTP_LISTEN_ADDR=127.0.0.1:{port}");
+    let (n, s, w) = (unique("rn"), unique("rs"), unique("rw"));
+    let cg = |id: &str| format!("/{root}/{id}");
+    let run = |c: &Containerd, id: &str, extra: &[&str], image: &str, cmd: &[&str]| {
+        let cgroup = cg(id);
+        let mut a = vec![
+            "run",
+            "--runtime",
+            &runtime,
+            "--cgroup",
+            &cgroup,
+            "--annotation",
+            &annotation,
+        ];
+        a.extend(extra);
+        a.push(image);
+        a.push(id);
+        a.extend(cmd);
+        c.ctr_ok(&a)
+    };
+    let result = (|| -> Result<()> {
+        run(&c, &n, &["-d"], BUSYBOX, &["/bin/sleep", "60"])?;
+        run(
+            &c,
+            &s,
+            &["-d", "--net-host", "--env", &listen],
+            SPIN_IMAGE,
+            &["/"],
+        )?;
+        let n_pid = c.wait_task_status(&n, "RUNNING", Duration::from_secs(30))?;
+        let s_pid = c.wait_task_status(&s, "RUNNING", Duration::from_secs(30))?;
+        let get = || {
+            wait_for(Duration::from_secs(30), || {
+                integration::http_get(port, "/").ok()
+            })
+        };
+        let before = get().context("the Spin app does not answer")?;
+        let shims = c.shim_pids();
+        c.restart()?;
+        ensure!(
+            c.wait_task_status(&n, "RUNNING", Duration::from_secs(30))? == n_pid
+                && c.wait_task_status(&s, "RUNNING", Duration::from_secs(30))? == s_pid,
+            "task pids changed over the restart: {:?}",
+            c.task_list()
+        );
+        ensure!(
+            c.shim_pids() == shims,
+            "shims {shims:?} became {:?}",
+            c.shim_pids()
+        );
+        // The first line names the component (later ones carry the client's port).
+        let first = |r: &(u16, String)| (r.0, r.1.lines().next().unwrap_or("").to_string());
+        let after = get();
+        ensure!(
+            after.as_ref().map(first) == Some(first(&before)),
+            "the Spin app answered {before:?} before the restart, {after:?} after"
+        );
+        c.ctr_ok(&["task", "kill", "-s", "SIGKILL", &n])?;
+        c.wait_task_status(&n, "STOPPED", Duration::from_secs(20))?;
+        c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &s])?;
+        c.wait_task_status(&s, "STOPPED", Duration::from_secs(20))?;
+        let out = run(&c, &w, &["--rm"], WASI_HELLO, &[HELLO, "exit", "0"])?;
+        ensure!(
+            c.shim_pids() == shims,
+            "the create after the restart did not go to the pod's shim"
+        );
+        for id in [&n, &s] {
+            c.ctr_ok(&["task", "delete", id])?;
+            c.ctr_ok(&["container", "delete", id])?;
+        }
+        let left = wait_for(Duration::from_secs(15), || {
+            let cgs: Vec<_> = [&n, &s, &w]
+                .iter()
+                .flat_map(|i| cgroup_exists(&cg(i)))
+                .collect();
+            (cgs.is_empty() && c.shim_pids().is_empty()).then_some(())
+        });
+        ensure!(
+            left.is_some(),
+            "left after deleting: shims {:?}, cgroups {:?}",
+            c.shim_pids(),
+            [&n, &s, &w]
+                .iter()
+                .flat_map(|i| cgroup_exists(&cg(i)))
+                .collect::<Vec<_>>()
+        );
+        println!(
+            "{version:?} restart: native {n_pid} and Spin {s_pid} kept running in shim \
+             {shims:?}, Spin answered {} after, exits seen, next create ran ({})",
+            before.0,
+            out.lines().next().unwrap_or("")
+        );
+        Ok(())
+    })();
+    if result.is_err() {
+        for id in [&n, &s, &w] {
+            c.force_remove(id);
+        }
+    }
+    result.with_context(|| format!("containerd {version:?}; log tail:\n{}", c.log_tail(20)))
+}
+
+#[test]
+fn containerd_restart_keeps_running_tasks() {
+    let Some(_serial) = integration::root_test("containerd_restart_keeps_running_tasks") else {
+        return;
+    };
+    let mut failed = Vec::new();
+    for v in [ContainerdVersion::V1_6, ContainerdVersion::V1_7] {
+        if let Err(e) = restart_leg(v) {
+            println!("FAIL {v:?}: {e:#}");
+            failed.push(v);
+        }
+    }
+    assert!(failed.is_empty(), "failed on {failed:?}");
 }
