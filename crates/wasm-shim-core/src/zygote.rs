@@ -322,19 +322,7 @@ impl Client {
 
     /// The create timeout from the env var (see the module docs).
     fn timeout(&self) -> anyhow::Result<Duration> {
-        let Some(v) = std::env::var_os(&self.timeout_env).filter(|v| !v.is_empty()) else {
-            return Ok(DEFAULT_CREATE_TIMEOUT);
-        };
-        let v = v.to_string_lossy();
-        match v.trim().parse::<u64>() {
-            Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
-            _ => bail!(
-                "{}={v:?} is not a positive whole number of seconds: set it to one (default {}) \
-                 or unset it",
-                self.timeout_env,
-                DEFAULT_CREATE_TIMEOUT.as_secs()
-            ),
-        }
+        create_timeout(&self.timeout_env, std::env::var_os(&self.timeout_env))
     }
 
     /// Sends a create request and waits for the container's init pid. Blocking: call it
@@ -405,6 +393,22 @@ impl Client {
         let res: Result<i32, String> = serde_json::from_str(&reply)
             .with_context(|| format!("the container-creation helper's reply {reply:?}"))?;
         res.map_err(|e| anyhow!(e))
+    }
+}
+
+/// The create timeout `value` of env var `name` gives (unset or empty: the default).
+fn create_timeout(name: &str, value: Option<std::ffi::OsString>) -> anyhow::Result<Duration> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_CREATE_TIMEOUT);
+    };
+    let v = v.to_string_lossy();
+    match v.trim().parse::<u64>() {
+        Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
+        _ => bail!(
+            "{name}={v:?} is not a positive whole number of seconds: set it to one (default {}) \
+             or unset it",
+            DEFAULT_CREATE_TIMEOUT.as_secs()
+        ),
     }
 }
 
@@ -515,4 +519,36 @@ fn build(req: &CreateRequest, executor: ShimExecutor) -> anyhow::Result<i32> {
         .pid()
         .map(|p| p.as_raw())
         .ok_or_else(|| anyhow!("libcontainer reported no init pid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_timeout_from_the_env() {
+        let t = |v: Option<&str>| create_timeout("X_SHIM_CREATE_TIMEOUT_SECS", v.map(Into::into));
+        assert_eq!(t(None).unwrap(), DEFAULT_CREATE_TIMEOUT);
+        assert_eq!(t(Some("")).unwrap(), DEFAULT_CREATE_TIMEOUT);
+        assert_eq!(t(Some(" 7 ")).unwrap(), Duration::from_secs(7));
+        for bad in ["0", "-3", "1.5", "10s"] {
+            let e = t(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("X_SHIM_CREATE_TIMEOUT_SECS") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn children_are_found_by_parent_pid() {
+        let mut kid = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let found = children_of(std::process::id() as i32);
+        let _ = kid.kill();
+        let _ = kid.wait();
+        assert!(found.contains(&(kid.id() as i32)), "{found:?}");
+    }
 }
