@@ -19,6 +19,9 @@ min_execs="${FUZZ_MIN_EXECS:-10000000}"
 jobs="${FUZZ_JOBS:-2}"
 dir="${FUZZ_DIR:-${CARGO_TARGET_DIR:-$repo/target}/fuzz}"
 all_targets=$(sed -n 's/^name = "\([a-z_]*\)"$/\1/p' "$repo/fuzz/Cargo.toml" | grep -v '^spin_shim_fuzz$')
+# An explicit target keeps build scripts and proc macros out of the instrumentation
+# (fuzz/rustc-sancov.sh).
+host=$(rustc -vV | sed -n 's/^host: //p')
 cargo_flags=()
 if [ "${FUZZ_SHIM:-1}" = 0 ]; then
     cargo_flags=(--no-default-features)
@@ -30,8 +33,8 @@ command -v c++ >/dev/null || { echo "fuzz: a C++ compiler is needed to build lib
 
 echo "fuzz: building $(echo $targets | wc -w) targets into $dir/build"
 RUSTC_WRAPPER="$repo/fuzz/rustc-sancov.sh" CARGO_TARGET_DIR="$dir/build" \
-    cargo build --release --manifest-path "$repo/fuzz/Cargo.toml" --bins "${cargo_flags[@]}"
-bin="$dir/build/release"
+    cargo build --release --manifest-path "$repo/fuzz/Cargo.toml" --bins --target "$host" "${cargo_flags[@]}"
+bin="$dir/build/$host/release"
 
 # Seed corpora: committed seeds plus inputs this repository already holds in the form
 # real users produce them (app manifests, mountinfo captured on the hosts we support).
