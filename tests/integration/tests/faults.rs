@@ -191,9 +191,17 @@ impl Env {
 
     /// A spec for container `id` of pod `pod` (`ctr run --config` takes everything from it):
     /// containerd's default spec, the WASI hello program sleeping in a rootfs directory of
-    /// its own, the pod annotation, the cgroup, and one `kind` hook (`createRuntime`,
-    /// `poststart`) running `/bin/sleep <secs>` (a distinctive duration names its process).
-    fn spec_with_hook(&self, pod: &str, id: &str, kind: &str, secs: &str) -> Result<PathBuf> {
+    /// its own (`args` after the program), the pod annotation, the cgroup, and one `kind`
+    /// hook (`createRuntime`, `poststart`) running `/bin/sleep <secs>` (a distinctive
+    /// duration names its process).
+    fn spec_with_hook(
+        &self,
+        pod: &str,
+        id: &str,
+        args: &[&str],
+        kind: &str,
+        secs: &str,
+    ) -> Result<PathBuf> {
         let rootfs = self.specs.path().join(format!("rootfs-{id}"));
         std::fs::create_dir_all(&rootfs)?;
         std::fs::copy(
@@ -204,7 +212,9 @@ impl Env {
         let o = self.c.ctr_ok(&["oci", "spec"])?;
         let mut spec: serde_json::Value = serde_json::from_str(&o).context("ctr oci spec")?;
         spec["root"] = serde_json::json!({"path": rootfs, "readonly": false});
-        spec["process"]["args"] = serde_json::json!([HELLO, "sleep", "60"]);
+        let mut argv = vec![HELLO];
+        argv.extend(args);
+        spec["process"]["args"] = serde_json::json!(argv);
         spec["annotations"] = serde_json::json!({"io.kubernetes.cri.sandbox-id": pod});
         spec["linux"]["cgroupsPath"] = serde_json::json!(self.cgroup(id));
         spec["hooks"] = serde_json::json!({
@@ -315,7 +325,7 @@ fn hung_create_times_out(e: &Env) -> Result<()> {
     e.run_ok(&pod, &z, WASI_HELLO, &[HELLO, "sleep", "60"])?;
     let server = e.server(&z).context("no shim server for the pod")?;
     let helper = Env::helper(server).context("the shim server has no helper")?;
-    let spec = e.spec_with_hook(&pod, &c, "createRuntime", secs)?;
+    let spec = e.spec_with_hook(&pod, &c, &["sleep", "60"], "createRuntime", secs)?;
     let before = e.snapshot();
     let _rc = Removes(&e.c, c.clone());
     let t0 = Instant::now();
@@ -379,7 +389,7 @@ struct Killed {
 
 /// SIGKILLs the pod's shim server once the hook `sleep <secs>` runs.
 fn kill_shim_in_hook(e: &Env, pod: &str, id: &str, kind: &str, secs: &str) -> Result<Killed> {
-    let spec = e.spec_with_hook(pod, id, kind, secs)?;
+    let spec = e.spec_with_hook(pod, id, &["sleep", "60"], kind, secs)?;
     let run = e.spawn_run(id, &spec)?;
     let Some(hook) = hook_process(secs, Duration::from_secs(30)) else {
         let o = wait_child(run, Duration::from_secs(30))?;
@@ -478,6 +488,61 @@ fn shim_killed_during_start(e: &Env) -> Result<()> {
     Ok(())
 }
 
+/// A Start held in a `poststart` hook while its task already exited must not hold up the
+/// exits of the pod's other tasks; its own TaskExit follows its TaskStart.
+fn stuck_start_does_not_stall_exits(e: &Env) -> Result<()> {
+    let pod = unique("fpod");
+    let (a, b) = (unique("fg"), unique("fh"));
+    let secs = "6.17";
+    let log = e.specs.path().join(format!("events-{b}"));
+    let mut ev = events(e, &log)?;
+    let _ev = Kills(vec![ev.id() as i32]);
+    let _ra = Removes(&e.c, a.clone());
+    e.run_ok(&pod, &a, WASI_HELLO, &[HELLO, "sleep", "60"])?;
+    let _rb = Removes(&e.c, b.clone());
+    // b's program exits at once; its Start then sits in the hook.
+    let spec = e.spec_with_hook(&pod, &b, &["exit", "0"], "poststart", secs)?;
+    let run = e.spawn_run(&b, &spec)?;
+    let hook =
+        hook_process(secs, Duration::from_secs(30)).context("the poststart hook never ran")?;
+    let _hook = Kills(vec![hook]);
+    let b_pid = e.c.task_pid(&b).context("b is not listed")?;
+    ensure!(
+        wait_for(Duration::from_secs(5), || gone(b_pid).then_some(())).is_some(),
+        "b's program did not exit during its Start"
+    );
+    e.c.ctr_ok(&["task", "kill", "-s", "SIGKILL", &a])?;
+    e.c.wait_task_status(&a, "STOPPED", Duration::from_secs(4))
+        .context("a's exit was held up by b's Start")?;
+    ensure!(
+        !gone(hook),
+        "b's Start ended before a's exit was seen: the test proves nothing (hook too short)"
+    );
+    let o = wait_child(run, Duration::from_secs(30))?;
+    ensure!(o.status.success(), "ctr run {b}: {}", text(&o));
+    e.c.wait_task_status(&b, "STOPPED", Duration::from_secs(10))?;
+    let needle = format!("\"container_id\":\"{b}\"");
+    let order = wait_for(Duration::from_secs(10), || {
+        let t = std::fs::read_to_string(&log).ok()?;
+        let topics: Vec<&str> = t
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("/tasks/")))
+            .collect();
+        topics.contains(&"/tasks/exit").then(|| topics.join(" "))
+    });
+    let _ = ev.kill();
+    let _ = ev.wait();
+    let order = order.context("no TaskExit for b")?;
+    let (start, exit) = (order.find("/tasks/start"), order.find("/tasks/exit"));
+    ensure!(
+        start.is_some() && start < exit,
+        "b's events out of order: {order}"
+    );
+    println!("stuck Start: a's exit seen while b's Start waited in its hook; b: {order}");
+    Ok(())
+}
+
 #[test]
 fn faults_leave_nothing_behind_and_the_pod_keeps_working() {
     let Some(_serial) = integration::root_test("faults") else {
@@ -490,6 +555,10 @@ fn faults_leave_nothing_behind_and_the_pod_keeps_working() {
         ("hung_create_times_out", hung_create_times_out),
         ("shim_killed_during_create", shim_killed_during_create),
         ("shim_killed_during_start", shim_killed_during_start),
+        (
+            "stuck_start_does_not_stall_exits",
+            stuck_start_does_not_stall_exits,
+        ),
     ];
     let mut failed = Vec::new();
     for (name, f) in scenarios {
