@@ -78,6 +78,12 @@ bench-start: build apps
 fuzz: build apps
 	@bash scripts/fuzz.sh
 
+## soak: SOAK_CYCLES create/start/kill/delete cycles (default 10,000; make test runs 500)
+## through one pod's shim; fails on any leak or memory growth
+SOAK_CYCLES ?= 10000
+soak: build apps
+	SOAK_CYCLES=$(SOAK_CYCLES) $(CARGO) test --release --workspace --test soak -- --nocapture
+
 clean:
 	$(CARGO) clean
 	rm -rf tests/apps/target

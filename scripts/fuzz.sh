@@ -10,6 +10,7 @@
 #   FUZZ_TARGETS     space-separated subset (default: every target in fuzz/Cargo.toml)
 #   FUZZ_JOBS        targets run at once (default 2)
 #   FUZZ_DIR         build and corpus directory (default $CARGO_TARGET_DIR/fuzz)
+#   FUZZ_SHIM=0      only the cgroup-placement targets (no wasmtime/libcontainer build)
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,14 +19,22 @@ min_execs="${FUZZ_MIN_EXECS:-10000000}"
 jobs="${FUZZ_JOBS:-2}"
 dir="${FUZZ_DIR:-${CARGO_TARGET_DIR:-$repo/target}/fuzz}"
 all_targets=$(sed -n 's/^name = "\([a-z_]*\)"$/\1/p' "$repo/fuzz/Cargo.toml" | grep -v '^spin_shim_fuzz$')
+# An explicit target keeps build scripts and proc macros out of the instrumentation
+# (fuzz/rustc-sancov.sh).
+host=$(rustc -vV | sed -n 's/^host: //p')
+cargo_flags=()
+if [ "${FUZZ_SHIM:-1}" = 0 ]; then
+    cargo_flags=(--no-default-features)
+    all_targets="cgroups_path mountinfo runtime_options"
+fi
 targets="${FUZZ_TARGETS:-$all_targets}"
 
 command -v c++ >/dev/null || { echo "fuzz: a C++ compiler is needed to build libFuzzer (apt-get install g++)" >&2; exit 1; }
 
 echo "fuzz: building $(echo $targets | wc -w) targets into $dir/build"
 RUSTC_WRAPPER="$repo/fuzz/rustc-sancov.sh" CARGO_TARGET_DIR="$dir/build" \
-    cargo build --release --manifest-path "$repo/fuzz/Cargo.toml" --bins
-bin="$dir/build/release"
+    cargo build --release --manifest-path "$repo/fuzz/Cargo.toml" --bins --target "$host" "${cargo_flags[@]}"
+bin="$dir/build/$host/release"
 
 # Seed corpora: committed seeds plus inputs this repository already holds in the form
 # real users produce them (app manifests, mountinfo captured on the hosts we support).

@@ -262,7 +262,7 @@ fn parse_mountinfo_line(line: &str) -> anyhow::Result<CgroupMount> {
         .iter()
         .position(|f| *f == "-")
         .context("no ' - ' separator")?;
-    if sep < 6 || fields.len() < sep + 3 {
+    if sep < 6 || fields.len() < sep + 4 {
         bail!("too few fields");
     }
     Ok(CgroupMount {

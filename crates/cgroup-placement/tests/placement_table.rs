@@ -252,6 +252,13 @@ fn detects_layouts_from_mountinfo() {
     );
 
     assert!(Host::from_mountinfo("garbage line\n", false, false).is_err());
+    // Found by `make fuzz` (mountinfo target): a line that ends after the source, with no
+    // super options, is an error, not an index out of bounds.
+    let short = "46 45 254:0 / / rw,relatime - ext4 /dev/vda\n";
+    let err = Host::from_mountinfo(short, false, false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mountinfo line 1"), "{err}");
     let err = Host::from_mountinfo("", false, false)
         .unwrap_err()
         .to_string();

@@ -32,6 +32,9 @@ pub struct ShimNames {
     pub default_state_dir: PathBuf,
     /// Env var overriding [`ShimNames::default_state_dir`].
     pub state_dir_env: String,
+    /// Env var holding the create timeout in seconds (`<E>_SHIM_CREATE_TIMEOUT_SECS`,
+    /// default [`crate::zygote::DEFAULT_CREATE_TIMEOUT`]).
+    pub create_timeout_env: String,
 }
 
 impl ShimNames {
@@ -42,10 +45,8 @@ impl ShimNames {
             runtime_id: format!("io.containerd.{engine}.v2"),
             state_file: format!("{engine}-shim-state.json"),
             default_state_dir: PathBuf::from(format!("/run/{engine}-shim")),
-            state_dir_env: format!(
-                "{}_SHIM_STATE_DIR",
-                engine.to_ascii_uppercase().replace('-', "_")
-            ),
+            state_dir_env: format!("{}_SHIM_STATE_DIR", env_prefix(engine)),
+            create_timeout_env: format!("{}_SHIM_CREATE_TIMEOUT_SECS", env_prefix(engine)),
         }
     }
 
@@ -56,6 +57,11 @@ impl ShimNames {
             .map(PathBuf::from)
             .unwrap_or_else(|| self.default_state_dir.clone())
     }
+}
+
+/// `engine` as the start of an env var name (`spin` -> `SPIN`).
+fn env_prefix(engine: &str) -> String {
+    engine.to_ascii_uppercase().replace('-', "_")
 }
 
 /// A container's entrypoint as an engine sees it.

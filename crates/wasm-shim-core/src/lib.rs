@@ -1,5 +1,6 @@
 //! A containerd runtime v2 shim for Wasm engines: the containerd Task service, containers
-//! on youki's libcontainer (created by a single-threaded helper forked before tokio),
+//! on youki's libcontainer (created by a single-threaded helper process, restarted when it
+//! dies or hangs),
 //! cgroup placement through the `cgroup-placement` crate, a generic client of containerd's
 //! content store, and the [`engine::Engine`] seam (plain WASI built in, native programs
 //! through libcontainer). A shim binary calls [`run_shim`] with its engine.
@@ -20,6 +21,9 @@
 //!   on stderr, SIGTERM/SIGINT -> 128+signal), then ELF or `#!` -> native exec; else create
 //!   fails naming the entrypoint. wasip2 components built by current Rust report any
 //!   non-zero `exit(n)` as 1 (they import `wasi:cli/exit.exit`, not `exit-with-code`).
+//! - Containers are created by the helper in [`zygote`]; a create it does not answer within
+//!   `<E>_SHIM_CREATE_TIMEOUT_SECS` (default 60) fails naming that variable, and a helper
+//!   that died or hung is replaced for the next create.
 //! - Exec, checkpoint and terminals are refused ("... not supported by io.containerd.<e>.v2").
 //! - Events: TaskCreate, TaskStart, TaskExit, TaskDelete, TaskPaused, TaskResumed, TaskOOM.
 //! - Logging: the server logs to the bundle's `log` FIFO (containerd's log); level from
@@ -76,15 +80,20 @@ pub(crate) fn engines() -> &'static [Arc<dyn Engine>] {
 
 /// Entry point of the shim binary: `engine` runs what it can handle, the built-in WASI
 /// engine and native programs the rest; the runtime id and state paths derive from the
-/// engine's name. Parses containerd's arguments; in the server process forks the
-/// container-creation helper while still single-threaded, then runs the async shim on
-/// tokio.
+/// engine's name. Parses containerd's arguments; in the server process starts the
+/// container-creation helper ([`zygote`], a fresh single-threaded exec of this binary), then
+/// runs the async shim on tokio. Run as `<binary> --container-creation-helper` it is that
+/// helper.
 pub fn run_shim(engine: Arc<dyn Engine>) {
     let names = ShimNames::new(engine.name());
     let engines: Vec<Arc<dyn Engine>> = vec![engine, Arc::new(WasiEngine)];
     let setup = SETUP.get_or_init(|| ShimSetup { names, engines });
     let runtime_id = setup.names.runtime_id.as_str();
     let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == zygote::HELPER_ARG) {
+        logging::init(false);
+        zygote::helper_main(ShimExecutor::new(setup.engines.clone()));
+    }
     let flags = containerd_shim::parse(&args[1..]).ok();
     let server = flags
         .as_ref()
@@ -99,7 +108,7 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         // Orphaned container processes must come back to us, not to PID 1.
         // SAFETY: plain prctl.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
-        match zygote::spawn(ShimExecutor::new(setup.engines.clone())) {
+        match zygote::Client::start(logging::log_fd(), &setup.names.create_timeout_env) {
             Ok(z) => {
                 let _ = shim::ZYGOTE.set(Arc::new(z));
             }

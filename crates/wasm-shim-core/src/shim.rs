@@ -125,7 +125,7 @@ impl Shim for WasmShim {
     async fn create_task_service(&self, publisher: RemotePublisher) -> Self::T {
         let zygote = ZYGOTE
             .get()
-            .expect("the zygote is forked before the server starts")
+            .expect("the container-creation helper is started before the server")
             .clone();
         Service::new(self.namespace.clone(), zygote, publisher, self.exit.clone()).await
     }

@@ -1,19 +1,30 @@
 //! The single-threaded helper ("zygote") that creates containers.
 //!
 //! libcontainer clones the container's processes and runs Rust code in the clones, which
-//! is only sound from a single-threaded process. The shim server forks this helper before
-//! its tokio runtime starts; the helper serves create requests (JSON lines over a
-//! socketpair) and builds each container with `as_sibling(true)`, so the container's init
+//! is only sound from a single-threaded process. The helper is a fresh exec of the shim
+//! binary (`<shim> --container-creation-helper`, started through `std::process::Command`,
+//! i.e. fork immediately followed by exec), so it is single-threaded whenever and from
+//! wherever it is started: first before the server's tokio runtime starts, and again
+//! whenever it died. It serves create requests (JSON lines over a socketpair that is its
+//! stdin) and builds each container with `as_sibling(true)`, so the container's init
 //! becomes a child of the shim server (which reaps it and reports its exit status).
 //! The helper never compiles Wasm; that happens in the container's init process.
+//!
+//! A create that gets no answer within the create timeout (`<E>_SHIM_CREATE_TIMEOUT_SECS`,
+//! default [`DEFAULT_CREATE_TIMEOUT`]; a hook that never returns, a wedged clone) fails
+//! with an error naming the knob; the helper and the processes it started are killed and
+//! the next create starts a new one.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::OwnedFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context as _};
+use anyhow::{anyhow, bail, Context as _};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 use serde::{Deserialize, Serialize};
@@ -24,6 +35,13 @@ use crate::stdio;
 /// Name of the container inside its own libcontainer state root (one root per container
 /// keeps unix socket paths short).
 pub const LIBCONTAINER_ID: &str = "c";
+
+/// The argument that makes the shim binary serve as the container-creation helper.
+pub const HELPER_ARG: &str = "--container-creation-helper";
+
+/// How long a create may take in the helper when `<E>_SHIM_CREATE_TIMEOUT_SECS` is unset
+/// (well below kubelet's default 2 min runtime request timeout).
+pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A request to create one container.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,87 +60,416 @@ pub struct CreateRequest {
     pub stderr: String,
 }
 
-/// The tokio side's handle on the zygote.
+/// One running helper as the server sees it.
+struct Helper {
+    stream: UnixStream,
+    pid: i32,
+    /// Becomes readable when the helper exits, whoever reaps it (the shim's reaper does).
+    pidfd: OwnedFd,
+    /// Bytes read past the last reply.
+    buf: Vec<u8>,
+}
+
+/// Starts helpers from one long-lived thread: a helper gets SIGKILL when the thread that
+/// started it ends (PR_SET_PDEATHSIG follows the thread), so never from a pool thread.
+struct Spawner {
+    requests: Mutex<mpsc::Sender<mpsc::SyncSender<anyhow::Result<Helper>>>>,
+}
+
+impl Spawner {
+    fn start(stderr: Option<OwnedFd>) -> anyhow::Result<Self> {
+        let (tx, rx) = mpsc::channel::<mpsc::SyncSender<anyhow::Result<Helper>>>();
+        std::thread::Builder::new()
+            .name("helper-spawner".into())
+            .spawn(move || {
+                for reply in rx {
+                    let _ = reply.send(spawn_helper(stderr.as_ref()));
+                }
+            })
+            .context("starting the container-creation helper's spawner thread")?;
+        Ok(Spawner {
+            requests: Mutex::new(tx),
+        })
+    }
+
+    fn spawn(&self) -> anyhow::Result<Helper> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(tx)
+            .map_err(|_| anyhow!("the container-creation helper's spawner thread is gone"))?;
+        rx.recv()
+            .map_err(|_| anyhow!("the container-creation helper's spawner thread is gone"))?
+    }
+}
+
+/// The server's handle on the helper: starts it, talks to it, replaces it when it died or
+/// hung.
 pub struct Client {
-    stream: Mutex<BufReader<UnixStream>>,
-    /// Pid of the zygote process.
-    pub pid: i32,
+    helper: Mutex<Option<Helper>>,
+    spawner: Spawner,
+    /// Env var holding the create timeout in seconds.
+    timeout_env: String,
+}
+
+/// Starts one helper process (called on the spawner's thread).
+fn spawn_helper(stderr: Option<&OwnedFd>) -> anyhow::Result<Helper> {
+    let (ours, theirs) = UnixStream::pair().context("socketpair for the helper")?;
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let stderr = match stderr {
+        Some(fd) => Stdio::from(fd.try_clone()?),
+        None => Stdio::null(),
+    };
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0(&exe)
+        .arg(HELPER_ARG)
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: prctl is async-signal-safe; it runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the container-creation helper ({})", exe.display()))?;
+    let pid = child.id() as i32;
+    // The shim's reaper collects the helper's exit; the pidfd tells us about it.
+    drop(child);
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("pidfd_open of the container-creation helper (pid {pid})"));
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    ours.set_nonblocking(true)?;
+    tracing::debug!(pid, "container-creation helper started");
+    Ok(Helper {
+        stream: ours,
+        pid,
+        pidfd,
+        buf: Vec::new(),
+    })
+}
+
+impl Helper {
+    fn exited(&self) -> bool {
+        poll_readable(&[self.pidfd.as_fd()], 0)
+            .map(|r| r[0])
+            .unwrap_or(true)
+    }
+
+    /// Sends one request line.
+    fn send(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let mut rest = line;
+        while !rest.is_empty() {
+            match self.stream.write(rest) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let fd = self.stream.as_fd();
+                    let _ = poll(&[(fd, libc::POLLOUT)], 1000);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for one reply line until `deadline`.
+    fn recv(&mut self, deadline: Instant) -> Result<String, Failure> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Ok(String::from_utf8_lossy(&line).into_owned());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Failure::TimedOut);
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let ready = poll_readable(&[self.stream.as_fd(), self.pidfd.as_fd()], ms)
+                .map_err(|e| Failure::Io(e.into()))?;
+            if ready[0] {
+                let mut chunk = [0u8; 4096];
+                match self.stream.read(&mut chunk) {
+                    Ok(0) => return Err(Failure::Exited),
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                        ) => {}
+                    Err(e) => return Err(Failure::Io(e.into())),
+                }
+            } else if ready[1] {
+                return Err(Failure::Exited);
+            }
+        }
+    }
+
+    /// Kills the helper and the processes it started itself (hooks; the containers'
+    /// processes are the server's children and are the failed create's to clean up).
+    fn kill(&self) {
+        let signal = |sig: i32| {
+            // SAFETY: pidfd_send_signal on our own pidfd, no siginfo.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    self.pidfd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                )
+            }
+        };
+        if self.exited() {
+            // Its pid may already name another process: nothing to look up by it.
+            return;
+        }
+        // Stopped first, so it starts nothing new while its children are found.
+        signal(libc::SIGSTOP);
+        for child in children_of(self.pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        signal(libc::SIGKILL);
+    }
+}
+
+/// Why a request got no reply.
+enum Failure {
+    TimedOut,
+    Exited,
+    Io(anyhow::Error),
+}
+
+/// Pids whose parent is `pid` (from /proc; this kernel has no `/proc/<pid>/task/*/children`).
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn poll(
+    fds: &[(std::os::fd::BorrowedFd<'_>, libc::c_short)],
+    ms: i32,
+) -> std::io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, events)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: *events,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: pfds is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        if n >= 0 {
+            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn poll_readable(fds: &[std::os::fd::BorrowedFd<'_>], ms: i32) -> std::io::Result<Vec<bool>> {
+    let with_events: Vec<_> = fds.iter().map(|fd| (*fd, libc::POLLIN)).collect();
+    poll(&with_events, ms)
 }
 
 impl Client {
+    /// Starts the helper. `stderr`: where the helper logs (the server's log), else nowhere;
+    /// `timeout_env`: the env var holding the create timeout in seconds.
+    pub fn start(stderr: Option<OwnedFd>, timeout_env: &str) -> anyhow::Result<Self> {
+        let spawner = Spawner::start(stderr)?;
+        let helper = spawner.spawn()?;
+        Ok(Client {
+            helper: Mutex::new(Some(helper)),
+            spawner,
+            timeout_env: timeout_env.to_string(),
+        })
+    }
+
+    /// The create timeout from the env var (see the module docs).
+    fn timeout(&self) -> anyhow::Result<Duration> {
+        create_timeout(&self.timeout_env, std::env::var_os(&self.timeout_env))
+    }
+
     /// Sends a create request and waits for the container's init pid. Blocking: call it
-    /// from `spawn_blocking`.
+    /// from `spawn_blocking`. Creates are served one at a time.
     pub fn create(&self, req: &CreateRequest) -> anyhow::Result<i32> {
-        let mut stream = self
-            .stream
-            .lock()
-            .map_err(|_| anyhow!("zygote channel poisoned"))?;
-        let mut line = serde_json::to_string(req)?;
-        line.push('\n');
-        stream
-            .get_mut()
-            .write_all(line.as_bytes())
-            .context("the shim's container-creation helper is gone (write failed)")?;
-        let mut reply = String::new();
-        let n = stream
-            .read_line(&mut reply)
-            .context("reading the container-creation helper's reply")?;
-        if n == 0 {
-            return Err(anyhow!(
-                "the shim's container-creation helper exited (pid {}); see the shim log",
-                self.pid
-            ));
-        }
-        let res: Result<i32, String> = serde_json::from_str(&reply)?;
+        let timeout = self.timeout()?;
+        let mut line = serde_json::to_vec(req)?;
+        line.push(b'\n');
+        let mut slot = self.helper.lock().unwrap_or_else(PoisonError::into_inner);
+        // A helper that died since the last create is replaced; a request that could not
+        // be written reached nobody and goes to a new helper once.
+        let mut attempts = 0;
+        let deadline = loop {
+            attempts += 1;
+            if slot.as_ref().is_none_or(|h| h.exited()) {
+                if let Some(old) = slot.take() {
+                    tracing::warn!(
+                        pid = old.pid,
+                        "the container-creation helper exited; starting a new one"
+                    );
+                }
+                *slot = Some(self.spawner.spawn()?);
+            }
+            let h = slot.as_mut().expect("set above");
+            match h.send(&line) {
+                Ok(()) => break Instant::now() + timeout,
+                Err(e) if attempts < 2 => {
+                    tracing::warn!(pid = h.pid, "writing to the container-creation helper: {e}");
+                    *slot = None;
+                }
+                Err(e) => {
+                    *slot = None;
+                    return Err(e)
+                        .context("sending the create request to a new container-creation helper");
+                }
+            }
+        };
+        let h = slot.as_mut().expect("set above");
+        let reply = match h.recv(deadline) {
+            Ok(reply) => reply,
+            Err(failure) => {
+                let pid = h.pid;
+                h.kill();
+                *slot = None;
+                let bundle = req.bundle.display();
+                return Err(match failure {
+                    Failure::TimedOut => anyhow!(
+                        "creating the container from {bundle} did not finish within {} s \
+                         ({}; a createRuntime or prestart hook that does not return, or an \
+                         overloaded node): the container-creation helper (pid {pid}) was \
+                         killed and a new one serves the next create; raise {} if the node \
+                         is just slow",
+                        timeout.as_secs(),
+                        self.timeout_env,
+                        self.timeout_env
+                    ),
+                    Failure::Exited => anyhow!(
+                        "the container-creation helper (pid {pid}) exited while creating the \
+                         container from {bundle}; a new one serves the next create (see the \
+                         shim log)"
+                    ),
+                    Failure::Io(e) => e.context(format!(
+                        "reading the container-creation helper's (pid {pid}) reply for {bundle}"
+                    )),
+                });
+            }
+        };
+        let res: Result<i32, String> = serde_json::from_str(&reply)
+            .with_context(|| format!("the container-creation helper's reply {reply:?}"))?;
         res.map_err(|e| anyhow!(e))
     }
 }
 
-/// Forks the zygote. Must be called while the process is single-threaded.
-pub fn spawn(executor: ShimExecutor) -> anyhow::Result<Client> {
-    let (parent, child) = UnixStream::pair().context("socketpair for the zygote")?;
-    // SAFETY: called before any other thread exists (before the tokio runtime starts).
-    match unsafe { nix::unistd::fork() }.context("fork zygote")? {
-        nix::unistd::ForkResult::Parent { child: pid } => {
-            drop(child);
-            Ok(Client {
-                stream: Mutex::new(BufReader::new(parent)),
-                pid: pid.as_raw(),
-            })
-        }
-        nix::unistd::ForkResult::Child => {
-            drop(parent);
-            // SAFETY: plain prctl; exit when the shim server dies.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-            // Our stdout is the pipe `start` reads the address from: let go of it.
-            if let Ok(null) = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-            {
-                use std::os::fd::AsRawFd;
-                // SAFETY: dup2 onto the standard descriptors.
-                unsafe {
-                    libc::dup2(null.as_raw_fd(), 0);
-                    libc::dup2(null.as_raw_fd(), 1);
-                }
-            }
-            serve(child, executor);
-            // SAFETY: leave without running the parent's atexit handlers.
-            unsafe { libc::_exit(0) }
-        }
+/// The create timeout `value` of env var `name` gives (unset or empty: the default).
+fn create_timeout(name: &str, value: Option<std::ffi::OsString>) -> anyhow::Result<Duration> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_CREATE_TIMEOUT);
+    };
+    let v = v.to_string_lossy();
+    match v.trim().parse::<u64>() {
+        Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
+        _ => bail!(
+            "{name}={v:?} is not a positive whole number of seconds: set it to one (default {}) \
+             or unset it",
+            DEFAULT_CREATE_TIMEOUT.as_secs()
+        ),
     }
 }
 
+/// The helper's main (`<shim> --container-creation-helper`): serves create requests on the
+/// socket that is its stdin until the server closes it, then exits.
+pub fn helper_main(executor: ShimExecutor) -> ! {
+    // stdin must be the socketpair the server made (not a terminal, file or pipe).
+    // SAFETY: fstat into a zeroed struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(0, &mut st) } != 0 || (st.st_mode & libc::S_IFMT) != libc::S_IFSOCK {
+        eprintln!(
+            "{HELPER_ARG} is the shim's own container-creation helper: the shim server starts \
+             it with a socket as stdin; it is not meant to be run by hand"
+        );
+        std::process::exit(2);
+    }
+    // Move the socket to fd 3 (close-on-exec, so native containers never inherit it), close
+    // every other descriptor inherited from the server (Wasm containers never exec, so they
+    // would hold its sockets for their lifetime), and give 0 and 1 to /dev/null; stderr
+    // stays the server's log.
+    const SOCK: libc::c_int = 3;
+    // SAFETY: dup2/fcntl/close_range on descriptors this process owns.
+    let moved = unsafe {
+        libc::dup2(0, SOCK) == SOCK
+            && libc::fcntl(SOCK, libc::F_SETFD, libc::FD_CLOEXEC) == 0
+            && libc::close_range(SOCK as u32 + 1, u32::MAX, 0) == 0
+    };
+    if !moved {
+        eprintln!(
+            "container-creation helper: moving its socket to fd {SOCK}: {}",
+            std::io::Error::last_os_error()
+        );
+        std::process::exit(1);
+    }
+    let sock = SOCK;
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        // SAFETY: dup2 onto the standard descriptors.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+    }
+    // SAFETY: `sock` is a fresh descriptor owned by nobody else.
+    let stream = unsafe { UnixStream::from_raw_fd(sock) };
+    serve(stream, executor);
+    std::process::exit(0)
+}
+
 fn serve(stream: UnixStream, executor: ShimExecutor) {
-    let mut reader = BufReader::new(match stream.try_clone() {
+    let mut reader = std::io::BufReader::new(match stream.try_clone() {
         Ok(s) => s,
         Err(_) => return,
     });
     let mut writer = stream;
     loop {
         let mut line = String::new();
-        match reader.read_line(&mut line) {
+        match std::io::BufRead::read_line(&mut reader, &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
@@ -172,4 +519,36 @@ fn build(req: &CreateRequest, executor: ShimExecutor) -> anyhow::Result<i32> {
         .pid()
         .map(|p| p.as_raw())
         .ok_or_else(|| anyhow!("libcontainer reported no init pid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_timeout_from_the_env() {
+        let t = |v: Option<&str>| create_timeout("X_SHIM_CREATE_TIMEOUT_SECS", v.map(Into::into));
+        assert_eq!(t(None).unwrap(), DEFAULT_CREATE_TIMEOUT);
+        assert_eq!(t(Some("")).unwrap(), DEFAULT_CREATE_TIMEOUT);
+        assert_eq!(t(Some(" 7 ")).unwrap(), Duration::from_secs(7));
+        for bad in ["0", "-3", "1.5", "10s"] {
+            let e = t(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("X_SHIM_CREATE_TIMEOUT_SECS") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn children_are_found_by_parent_pid() {
+        let mut kid = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let found = children_of(std::process::id() as i32);
+        let _ = kid.kill();
+        let _ = kid.wait();
+        assert!(found.contains(&(kid.id() as i32)), "{found:?}");
+    }
 }

@@ -247,6 +247,8 @@ pub struct Containerd {
     bin_dir: PathBuf,
     child: Option<Child>,
     pid: i32,
+    /// containerd's environment (PATH with the shim first, then the config's).
+    env: Vec<(String, String)>,
 }
 
 impl Containerd {
@@ -323,8 +325,30 @@ state = "{state}"
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
         );
-        let log = std::fs::File::create(d.join("containerd.log"))?;
-        let mut cmd = match mode {
+        let mut env = vec![("PATH".to_string(), path)];
+        env.extend(config.env.iter().cloned());
+        let mut me = Self {
+            version,
+            mode,
+            dir,
+            bin_dir,
+            child: None,
+            pid: 0,
+            env,
+        };
+        me.launch()?;
+        Ok(me)
+    }
+
+    /// Starts the daemon with the instance's config and waits until it answers.
+    fn launch(&mut self) -> Result<()> {
+        let containerd = self.bin_dir.join("containerd");
+        let cfg = self.dir().join("config.toml");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("containerd.log"))?;
+        let mut cmd = match self.mode {
             CgroupMode::Host => {
                 let mut c = Command::new(&containerd);
                 c.arg("--config").arg(&cfg);
@@ -340,38 +364,46 @@ state = "{state}"
             }
         };
         let child = cmd
-            .env("PATH", path)
-            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .with_context(|| format!("cannot start {}", containerd.display()))?;
-        let pid = child.id() as i32;
-        let mut me = Self {
-            version,
-            mode,
-            dir,
-            bin_dir,
-            child: Some(child),
-            pid,
-        };
+        self.pid = child.id() as i32;
+        self.child = Some(child);
         let ready = wait_for(Duration::from_secs(30), || {
-            if let Some(Ok(Some(_))) = me.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
                 return Some(false);
             }
-            let ok = output_with_timeout(me.ctr().arg("version"), Duration::from_secs(5))
+            let ok = output_with_timeout(self.ctr().arg("version"), Duration::from_secs(5))
                 .map(|o| o.status.success())
                 .unwrap_or(false);
             ok.then_some(true)
         });
         if ready != Some(true) {
             bail!(
-                "containerd {version:?} ({mode:?}) did not come up; log tail:\n{}",
-                me.log_tail(40)
+                "containerd {:?} ({:?}) did not come up; log tail:\n{}",
+                self.version,
+                self.mode,
+                self.log_tail(40)
             );
         }
-        Ok(me)
+        Ok(())
+    }
+
+    /// Stops containerd (SIGTERM; its shims and tasks keep running, as on a node) and
+    /// starts it again with the same config, root and state.
+    pub fn restart(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(self.pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            if wait_for(Duration::from_secs(15), || child.try_wait().ok().flatten()).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        self.launch()
     }
 
     /// containerd's version.
@@ -651,6 +683,56 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         self.cleanup();
     }
+}
+
+/// The names in directory `dir`, sorted (empty when it cannot be read).
+pub fn dir_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The parent pid of `pid` (from `/proc/<pid>/stat`), if the process exists.
+pub fn ppid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Pids whose parent is `pid`, sorted.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut v: Vec<i32> = all_pids().filter(|p| ppid(*p) == Some(pid)).collect();
+    v.sort();
+    v
+}
+
+/// The arguments of process `pid` (empty when it is gone or a zombie).
+pub fn cmdline(pid: i32) -> Vec<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// Pids of live (not zombie) processes whose arguments are exactly `args`.
+pub fn pids_running(args: &[&str]) -> Vec<i32> {
+    all_pids().filter(|p| cmdline(*p) == args).collect()
+}
+
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
 }
 
 /// A unique suffix for names (pid, time and a counter), lowercase hex.

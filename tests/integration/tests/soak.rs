@@ -4,8 +4,9 @@
 //! annotation, so one shim serves them all). Afterwards nothing may be left: no container
 //! cgroup, mount, state dir, task, extra process or fd of the shim or containerd, and the
 //! resident memory of both must not grow with the cycles (least-squares slope over the
-//! samples after the first tenth of the run, reported in KiB per cycle; judged only in runs
-//! of at least `MIN_CYCLES_FOR_MEMORY_VERDICT` cycles, such as `make soak`).
+//! second half of the samples, the first half being warm-up of containerd's database and the
+//! allocators; reported in KiB per cycle; judged only in runs of at least
+//! `MIN_CYCLES_FOR_MEMORY_VERDICT` cycles, such as `make soak`).
 //! Run as root: `SOAK_CYCLES=500 cargo test --release -p integration --test soak -- --nocapture`.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +16,9 @@ use anyhow::{ensure, Context, Result};
 use integration::cgroups::cgroup_exists;
 use integration::images::{BUSYBOX, PAUSE, WASI_HELLO};
 use integration::{
-    free_loopback_port, require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard,
-    CgroupMode, Containerd, ContainerdConfig, ContainerdVersion, TestImages,
+    children, free_loopback_port, ppid, require_shim, test_runtime, unique, wait_for,
+    workspace_root, CgroupGuard, CgroupMode, Containerd, ContainerdConfig, ContainerdVersion,
+    TestImages,
 };
 use oci_image_builder::spin;
 
@@ -145,15 +147,7 @@ impl Soak {
     }
 
     fn state_entries(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&self.state_dir)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        integration::dir_entries(&self.state_dir)
     }
 }
 
@@ -170,13 +164,6 @@ fn fd_count(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
-fn ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
-}
-
 /// The one shim server of the pod: of the processes with the shim's command line (its
 /// container-creation helper may share it), the one whose parent is not one of them.
 fn pod_shim(c: &Containerd) -> Result<i32> {
@@ -191,21 +178,6 @@ fn pod_shim(c: &Containerd) -> Result<i32> {
         "want one shim server for the pod, got {servers:?} (shim processes {pids:?})"
     );
     Ok(servers[0])
-}
-
-/// Pids whose parent is `pid`.
-fn children(pid: i32) -> Vec<i32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if ppid(p) == Some(pid) {
-            v.push(p);
-        }
-    }
-    v.sort();
-    v
 }
 
 /// Least-squares slope of y over x.
@@ -327,7 +299,7 @@ fn soak(cycles: usize, state_dir: &Path) -> Result<()> {
         fds.is_some(),
         "fds grew over {cycles} cycles: containerd {base_cd_fds} -> {cd_fds}, shim {base_shim_fds} -> {shim_fds}"
     );
-    let skip = samples.len() / 10;
+    let skip = samples.len() / 2;
     let pts = |f: fn(&(usize, u64, u64)) -> u64| -> Vec<(f64, f64)> {
         samples[skip..]
             .iter()

@@ -95,7 +95,7 @@ impl Service {
             persisted,
             phase: Mutex::new(Phase::Created),
             exit: tx,
-            starting: tokio::sync::Mutex::new(()),
+            gate: lifecycle::StartGate::new(),
         });
         Ok(ctr)
     }

@@ -1,10 +1,7 @@
 //! Reaped pids become task exits (TaskExit), also when the exit is seen before Create
-//! has learned the pid.
+//! has learned the pid; exits of pids no create is waiting for are dropped.
 
 use super::*;
-
-/// Exits of pids not (yet) known as a container init kept for a later Create (newest win).
-pub(super) const EARLY_EXITS_KEPT: usize = 256;
 
 impl Service {
     pub(super) async fn on_exit(&self, pid: i32, code: i32) {
@@ -12,44 +9,45 @@ impl Service {
             code: code as u32,
             at: Timestamp::now(),
         };
-        let ctr = self
-            .inner
-            .containers
-            .lock()
-            .unwrap()
-            .values()
-            .find(|c| c.pid == pid)
-            .cloned();
-        match ctr {
-            Some(c) => self.record_exit(&c, exit).await,
-            None => {
-                let mut early = self.inner.early_exits.lock().unwrap();
-                early.push((pid, exit));
-                let len = early.len();
-                if len > EARLY_EXITS_KEPT {
-                    early.drain(..len - EARLY_EXITS_KEPT);
-                }
-            }
+        let ctr = self.inner.exits.route(pid, exit.clone(), || {
+            lock(&self.inner.containers)
+                .values()
+                .find(|c| c.pid == pid)
+                .cloned()
+        });
+        if let Some(c) = ctr {
+            self.record_exit(&c, exit).await;
         }
     }
 
+    /// Records the task's exit at once; publishes TaskExit now, or after TaskStart when a
+    /// Start is under way.
     pub(super) async fn record_exit(&self, c: &Ctr, exit: Exit) {
-        let _starting = c.starting.lock().await;
-        if c.exit().is_some() {
+        // Under the exit channel's lock, so a concurrent state change cannot undo Stopped
+        // (see `Service::transition`).
+        let first = c.exit.send_if_modified(|cur| {
+            if cur.is_some() {
+                return false;
+            }
+            c.set_phase(Phase::Stopped);
+            *cur = Some(exit.clone());
+            true
+        });
+        if !first {
             return;
         }
         tracing::debug!(id = %c.id, pid = c.pid, code = exit.code, "task exited");
-        c.set_phase(Phase::Stopped);
         let ev = TaskExit {
             container_id: c.id.clone(),
             id: c.id.clone(),
             pid: c.pid as u32,
             exit_status: exit.code,
-            exited_at: MessageField::some(exit.at.clone()),
+            exited_at: MessageField::some(exit.at),
             ..Default::default()
         };
-        c.exit.send_replace(Some(exit));
-        self.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev))
-            .await;
+        if let Some(ev) = c.gate.exit(ev) {
+            self.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev))
+                .await;
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! - [`task`]: the Task API methods containerd calls;
 //! - [`create`]: Create's work (placement, config.json rewrite, rootfs, zygote request) and
 //!   the runtime-options decoding it needs;
-//! - [`exits`]: turning reaped pids into task exits.
+//! - [`exits`]: turning reaped pids into task exits;
+//! - [`lifecycle`]: per-create exit subscriptions, id reservations and the start gate.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,10 @@ use crate::zygote::{self, LIBCONTAINER_ID};
 
 mod create;
 mod exits;
+mod lifecycle;
 mod task;
+
+use lifecycle::lock;
 
 fn not_found(id: &str) -> ttrpc::Error {
     ShimError::NotFound(format!("task {id} not found")).into()
@@ -72,16 +76,16 @@ struct Ctr {
     persisted: Persisted,
     phase: Mutex<Phase>,
     exit: watch::Sender<Option<Exit>>,
-    /// Held while starting, so TaskExit is never published before TaskStart.
-    starting: tokio::sync::Mutex<()>,
+    /// Orders Start, Delete and the TaskExit event (see [`lifecycle::StartGate`]).
+    gate: lifecycle::StartGate<TaskExit>,
 }
 
 impl Ctr {
     fn phase(&self) -> Phase {
-        *self.phase.lock().unwrap()
+        *lock(&self.phase)
     }
     fn set_phase(&self, p: Phase) {
-        *self.phase.lock().unwrap() = p;
+        *lock(&self.phase) = p;
     }
     fn exit(&self) -> Option<Exit> {
         self.exit.borrow().clone()
@@ -91,8 +95,10 @@ impl Ctr {
 struct Inner {
     namespace: String,
     containers: Mutex<HashMap<String, Arc<Ctr>>>,
-    /// Exits of pids not (yet) known as a container init, newest last (bounded).
-    early_exits: Mutex<Vec<(i32, Exit)>>,
+    /// Exits of pids not (yet) known as a container init, for the creates in flight.
+    exits: lifecycle::ExitRouter<Exit>,
+    /// Ids whose Create is under way.
+    reservations: lifecycle::Reservations,
     zygote: Arc<zygote::Client>,
     publisher: RemotePublisher,
     exit_signal: Arc<ExitSignal>,
@@ -121,7 +127,8 @@ impl Service {
             inner: Arc::new(Inner {
                 namespace,
                 containers: Mutex::new(HashMap::new()),
-                early_exits: Mutex::new(Vec::new()),
+                exits: lifecycle::ExitRouter::new(),
+                reservations: lifecycle::Reservations::new(),
                 zygote,
                 publisher,
                 exit_signal,
@@ -135,18 +142,22 @@ impl Service {
         tokio::spawn(async move {
             while let Some(ev) = sub.rx.recv().await {
                 if let Subject::Pid(pid) = ev.subject {
-                    s.on_exit(pid, ev.exit_code).await;
+                    // Each exit in its own task: a panic while handling one is logged and
+                    // the loop goes on with the next.
+                    let s = s.clone();
+                    let handled = tokio::spawn(async move { s.on_exit(pid, ev.exit_code).await });
+                    if let Err(e) = handled.await {
+                        tracing::error!("handling the exit of pid {pid} failed: {e}");
+                    }
                 }
             }
+            tracing::error!("the process monitor closed: no more task exits can be reported");
         });
         svc
     }
 
     fn get(&self, id: &str) -> TtrpcResult<Arc<Ctr>> {
-        self.inner
-            .containers
-            .lock()
-            .unwrap()
+        lock(&self.inner.containers)
             .get(id)
             .cloned()
             .ok_or_else(|| not_found(id))
@@ -190,9 +201,13 @@ impl Service {
         })
         .await
         .map_err(internal)??;
-        if c.exit().is_none() {
-            c.set_phase(to);
-        }
+        // Under the exit channel's lock: a task that exited meanwhile stays Stopped.
+        c.exit.send_if_modified(|exit| {
+            if exit.is_none() {
+                c.set_phase(to);
+            }
+            false
+        });
         Ok(c)
     }
 }

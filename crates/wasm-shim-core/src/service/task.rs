@@ -13,31 +13,30 @@ impl Task for Service {
         req: api::CreateTaskRequest,
     ) -> TtrpcResult<api::CreateTaskResponse> {
         tracing::debug!(id = %req.id, bundle = %req.bundle, "create");
-        if self.inner.containers.lock().unwrap().contains_key(&req.id) {
-            return Err(ShimError::AlreadyExists(format!("task {} already exists", req.id)).into());
-        }
+        // Reserved before any await: a duplicate Create fails here and never reaches the
+        // failure path that would clean up the first one's cgroup, state and rootfs.
+        let _reservation = self
+            .inner
+            .reservations
+            .reserve(&req.id, || {
+                lock(&self.inner.containers).contains_key(&req.id)
+            })
+            .ok_or_else(|| ShimError::AlreadyExists(format!("task {} already exists", req.id)))?;
         if req.terminal {
             return Err(unsupported("a terminal (tty)"));
         }
         if !req.checkpoint.is_empty() || !req.parent_checkpoint.is_empty() {
             return Err(unsupported("restoring from a checkpoint"));
         }
+        // Exits of unknown pids are kept only while a create is in flight.
+        let exits = self.inner.exits.subscribe();
         let ctr = self.create_inner(&req).await.map_err(|e| {
             tracing::error!(id = %req.id, "create failed: {e:#}");
             crate::error::to_ttrpc(&e)
         })?;
-        self.inner
-            .containers
-            .lock()
-            .unwrap()
-            .insert(req.id.clone(), ctr.clone());
-        let early = {
-            let mut early = self.inner.early_exits.lock().unwrap();
-            early
-                .iter()
-                .position(|(p, _)| *p == ctr.pid)
-                .map(|i| early.remove(i).1)
-        };
+        let early = exits.claim(ctr.pid, || {
+            lock(&self.inner.containers).insert(req.id.clone(), ctr.clone());
+        });
         let ev = TaskCreate {
             container_id: req.id.clone(),
             bundle: req.bundle.clone(),
@@ -89,21 +88,29 @@ impl Task for Service {
             return Err(unsupported("exec"));
         }
         let ctr = self.get(&req.id)?;
-        let _starting = ctr.starting.lock().await;
-        let c = self
+        let starting = ctr.gate.begin_start().await;
+        let started = self
             .transition(&req.id, Phase::Created, Phase::Running, "start", |c| {
                 c.start()
             })
-            .await?;
-        self.publish(
-            topics::TASK_START_EVENT_TOPIC,
-            Box::new(TaskStart {
-                container_id: c.id.clone(),
-                pid: c.pid as u32,
-                ..Default::default()
-            }),
-        )
-        .await;
+            .await;
+        if let Ok(c) = &started {
+            self.publish(
+                topics::TASK_START_EVENT_TOPIC,
+                Box::new(TaskStart {
+                    container_id: c.id.clone(),
+                    pid: c.pid as u32,
+                    ..Default::default()
+                }),
+            )
+            .await;
+        }
+        // An exit recorded meanwhile goes out now, after TaskStart.
+        if let Some(ev) = starting.finish() {
+            self.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev))
+                .await;
+        }
+        let c = started?;
         Ok(api::StartResponse {
             pid: c.pid as u32,
             ..Default::default()
@@ -203,6 +210,16 @@ impl Task for Service {
             return Err(unsupported("exec"));
         }
         let c = self.get(&req.id)?;
+        // A Start under way finishes first: Delete then sees a running task (refused) or a
+        // created one, and never cleans up under a Start.
+        let _deleting = c.gate.begin_delete().await;
+        // A Delete that waited for another Delete of this task finds it gone.
+        if !lock(&self.inner.containers)
+            .get(&req.id)
+            .is_some_and(|x| Arc::ptr_eq(x, &c))
+        {
+            return Err(not_found(&req.id));
+        }
         if c.exit().is_none() {
             if c.phase() != Phase::Created {
                 return Err(ShimError::FailedPrecondition(format!(
@@ -225,7 +242,7 @@ impl Task for Service {
         .await
         .map_err(internal)?
         .map_err(|e| internal(format!("{e:#}")))?;
-        self.inner.containers.lock().unwrap().remove(&req.id);
+        lock(&self.inner.containers).remove(&req.id);
         let exit = c.exit().unwrap_or(Exit {
             code: state::KILLED_EXIT_STATUS,
             at: Timestamp::now(),
@@ -367,7 +384,7 @@ impl Task for Service {
         _ctx: &TtrpcContext,
         _req: api::ShutdownRequest,
     ) -> TtrpcResult<api::Empty> {
-        if self.inner.containers.lock().unwrap().is_empty() {
+        if lock(&self.inner.containers).is_empty() {
             tracing::debug!("shutdown: no tasks left, exiting");
             self.inner.exit_signal.signal();
         }
