@@ -44,7 +44,7 @@ pub const MEDIA_TYPE_WASM: &str = "application/wasm";
 
 /// Whether the container is an artifact candidate: command `/` without `/spin.toml`.
 pub fn wants_artifact(args: &[String], rootfs: &Path) -> bool {
-    args.len() == 1 && args[0] == "/" && !rootfs.join("spin.toml").is_file()
+    args.first().map(String::as_str) == Some("/") && !rootfs.join("spin.toml").is_file()
 }
 
 /// What [`materialise`] found.

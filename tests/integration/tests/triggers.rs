@@ -1,0 +1,158 @@
+//! Triggers other than HTTP through the shim (`ctr run --runtime io.containerd.spin.v2` on
+//! containerd 1.7, spin-in-container images): the Redis-triggered `spin-redis-trigger`
+//! app against a real redis-server on loopback (host network), and the `spin-command` app,
+//! whose arguments come from `ctr run` and whose exit code is `ctr run`'s.
+//! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
+
+#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
+mod servers;
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use integration::{
+    require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard, CgroupMode,
+    Containerd, ContainerdVersion,
+};
+use oci_image_builder::spin;
+
+/// `redis-cli -p <port> <args>`, its output trimmed.
+fn redis_cli(server: &servers::ServerProcess, args: &[&str]) -> Result<String> {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(args)
+        .output()
+        .context("run redis-cli (Debian package redis-tools, installed with redis-server)")?;
+    ensure!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn redis_app() -> Result<()> {
+    require_shim()?;
+    let redis = servers::redis();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let name = "docker.io/library/spin-redis-trigger:test";
+    let tar = dir.path().join("redis.tar");
+    let app_dir = workspace_root().join("tests/apps/spin-redis-trigger");
+    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
+    c.import(&tar, false)?;
+    let env = format!("REDIS_ADDRESS=redis://{}", redis.addr());
+    let app = c.run_spin_app(name, &["--env".into(), env])?;
+    let subscribed = wait_for(Duration::from_secs(60), || {
+        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        (out.lines().nth(1) == Some("1")).then_some(())
+    });
+    ensure!(
+        subscribed.is_some(),
+        "the app in the container did not subscribe to `orders`\n{}",
+        c.log_tail(30)
+    );
+    let sent: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    for m in &sent {
+        redis_cli(&redis, &["PUBLISH", "orders", m])?;
+    }
+    let got = wait_for(Duration::from_secs(30), || {
+        let out = redis_cli(&redis, &["LRANGE", "seen", "0", "-1"]).ok()?;
+        let l: Vec<String> = out.lines().map(str::to_string).collect();
+        (l.len() >= sent.len()).then_some(l)
+    })
+    .context("the messages were not all handled within 30 s")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let again = redis_cli(&redis, &["LLEN", "seen"])?;
+    ensure!(
+        got == sent && again == sent.len().to_string(),
+        "each message once, in order: got {got:?}, then {again} entries"
+    );
+    // SIGTERM: the task stops, exit 0.
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    // `ctr task delete` reports a non-zero exit status as its own exit code (older ctr) or
+    // as a "non-zero exit code N" warning (newer ctr).
+    let del = c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
+    let stderr = String::from_utf8_lossy(&del.stderr);
+    ensure!(
+        del.status.code() == Some(0) && !stderr.contains("non-zero exit code"),
+        "SIGTERM should end the app with 0: {stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn redis_triggered_app_through_the_shim() {
+    let Some(_s) = integration::root_test("redis_triggered_app_through_the_shim") else {
+        return;
+    };
+    redis_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// `ctr run --rm` (attached) of the command app with `args`; returns ctr's exit code and
+/// output.
+fn run_command(c: &Containerd, image: &str, args: &[&str]) -> Result<(Option<i32>, String)> {
+    let id = unique("spincmd");
+    let root = unique("spintest-");
+    let _guard = CgroupGuard::new(&root);
+    let cgroup = format!("/{root}/{id}");
+    let runtime = test_runtime();
+    let mut argv = vec![
+        "run",
+        "--rm",
+        "--net-host",
+        "--runtime",
+        &runtime,
+        "--cgroup",
+        &cgroup,
+        image,
+        &id,
+        "/",
+    ];
+    argv.extend(args);
+    let out = c.ctr_output(&argv, Duration::from_secs(120));
+    c.force_remove(&id);
+    let out = out?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.code(), text))
+}
+
+fn command_app() -> Result<()> {
+    require_shim()?;
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let name = "docker.io/library/spin-command:test";
+    let tar = dir.path().join("command.tar");
+    let app_dir = workspace_root().join("tests/apps/spin-command");
+    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
+    c.import(&tar, false)?;
+    let (code, out) = run_command(&c, name, &["exit-code", "3", "job"])?;
+    ensure!(
+        code == Some(3),
+        "exit-with-code 3 should reach ctr, got {code:?}: {out}"
+    );
+    ensure!(
+        out.contains("argv=runner|exit-code|3|job"),
+        "the container's args should reach the guest: {out}"
+    );
+    let (code, out) = run_command(&c, name, &["exit", "2"])?;
+    ensure!(
+        code == Some(1),
+        "std::process::exit(2) is failure (1) on wasip2, got {code:?}: {out}"
+    );
+    let (code, out) = run_command(&c, name, &[])?;
+    ensure!(
+        code == Some(0),
+        "a command returning from main exits 0, got {code:?}: {out}"
+    );
+    Ok(())
+}
+
+#[test]
+fn command_app_exit_code_reaches_ctr() {
+    let Some(_s) = integration::root_test("command_app_exit_code_reaches_ctr") else {
+        return;
+    };
+    command_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
