@@ -318,8 +318,21 @@ fn redis_messages_handled_exactly_once_across_a_server_restart() {
     }
     assert_recorded(&redis, "seen", &second);
 
-    // SIGTERM stops the trigger and the process exits 0.
+    // SIGTERM while a handler runs: it finishes (within the drain bound), then exit 0.
+    publish(&redis, "orders", "slow:1500");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
     serve.stop_cleanly();
+    eprintln!(
+        "stopped {:?} after SIGTERM with a handler in flight",
+        t.elapsed()
+    );
+    let last = list(&mut redis_conn(&redis), "seen");
+    assert_eq!(
+        last.last().map(String::as_str),
+        Some("slow:1500"),
+        "in-flight message drained"
+    );
 }
 
 fn cron_app(key: &str) -> String {
