@@ -4,7 +4,8 @@
 # only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)).
 # Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
-cd "$(dirname "$0")/../tests/apps"
+scripts="$(cd "$(dirname "$0")" && pwd)"
+cd "$scripts/../tests/apps"
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # The guest workspace has its own target dir even when CARGO_TARGET_DIR points elsewhere.
 export CARGO_TARGET_DIR="$PWD/target"
@@ -39,3 +40,4 @@ for d in py-*/; do
     fi
 done
 echo "apps: done ($(ls target/wasm32-wasip2/release/*.wasm 2>/dev/null | wc -l) wasm files)"
+bash "$scripts/build-js-app.sh"

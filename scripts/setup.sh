@@ -8,6 +8,9 @@ need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-c
     redis-server postgresql mariadb-server mosquitto
     # componentize-py (Python SDK test apps) runs from a venv.
     python3-venv)
+# componentize-js (the JS test app) runs on node with npm; a node already installed (e.g.
+# NodeSource's, which bundles npm) is used as it is.
+command -v npm >/dev/null || need_pkgs+=(nodejs npm)
 missing=()
 for p in "${need_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -100,9 +100,9 @@ trap 'exit 130' INT TERM
 
 # --- images ------------------------------------------------------------------------------
 t=$(date +%s.%N)
-# pause (static C program), busybox and wasi-hello archives, by tests/images/build.sh.
-OUT="$work" SHIM_BIN_DIR="$target/release" GUEST_APPS_DIR="$apps_dir" bash tests/images/build.sh >/dev/null \
-    || die "tests/images/build.sh failed"
+# pause (static C program), busybox and wasi-hello archives, as the integration tests build them.
+GUEST_APPS_DIR="$apps_dir" "$target/release/test-images" "$work" >/dev/null \
+    || die "building the test images (test-images) failed"
 "$builder" spin-container --name localhost/spin-cpu:test --app "$repo/tests/apps/spin-cpu" -o "$work/spin-cpu.tar" >/dev/null \
     || die "building the spin-cpu image failed"
 log "images built in $(elapsed "$t")s"
@@ -132,3 +132,24 @@ node_run "$scenario" --socket "$NODE_CONTAINERD_SOCK" --ctr "$ctr17" --handler "
     --image localhost/spin-cpu:test --command / --load-secs "$load_secs" \
     || die "scenario failed (handler $handler)"
 log "scenarios passed in $(elapsed "$t")s"
+
+# --- doctor ------------------------------------------------------------------------------
+# On this node (systemd PID 1, pure cgroup v2, the runtime registered) every check must have
+# the verdict the node's facts call for: the cgroups verdict follows the controllers the
+# node's root offers (on a hybrid host's unified hierarchy memory is held by v1: fail).
+controllers="$(node_sh cat /sys/fs/cgroup/cgroup.controllers)"
+rc=0
+report="$(node_run "$shim_dir/containerd-shim-spin-v2" doctor --json --config /etc/systemd-node/containerd.toml)" || rc=$?
+python3 - "$report" "$rc" "$controllers" <<'PY' || die "doctor's verdicts on the systemd node are wrong: $report"
+import json, sys
+report, rc, ctl = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
+r = {c["check"]: c for c in report["checks"]}
+cg = "fail" if "memory" not in ctl else ("ok" if "cpu" in ctl else "warn")
+want = {"systemd": ("ok", "systemd 2"), "cgroups": (cg, "cgroup v2"), "runtime": ("ok", "handler `"),
+        "shim": ("ok", "containerd-shim-spin-v2"), "containerd": ("ok", "running as pid")}
+bad = [f"{k}: {r.get(k)}" for k, (v, d) in want.items() if k not in r or r[k]["verdict"] != v or d not in r[k]["detail"]]
+if rc != (1 if cg == "fail" else 0):
+    bad.append(f"exit code {rc} with cgroups verdict {cg}")
+sys.exit("\n".join(bad) if bad else 0)
+PY
+log "doctor: verdicts right on the systemd node (controllers: $controllers)"

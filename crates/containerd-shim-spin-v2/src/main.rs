@@ -1,6 +1,71 @@
 //! `containerd-shim-spin-v2`: the containerd shim for runtime type `io.containerd.spin.v2`.
 //! The shim lives in `wasm-shim-core`, Spin in `spin-engine`; this binary joins them.
+//! `containerd-shim-spin-v2 doctor` inspects the node instead (see `node-doctor`).
+
+use std::path::PathBuf;
+
+const DOCTOR_USAGE: &str = "usage: containerd-shim-spin-v2 doctor [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]";
+
+/// `doctor [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]`.
+fn doctor(args: &[String]) -> i32 {
+    let mut opts = node_doctor::Options::default();
+    let mut json = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| match it.next() {
+            Some(v) => Some(PathBuf::from(v)),
+            None => {
+                eprintln!("doctor: {name} needs a value\n{DOCTOR_USAGE}");
+                None
+            }
+        };
+        match a.as_str() {
+            "--json" => json = true,
+            "--config" => match value("--config") {
+                Some(v) => opts.config = Some(v),
+                None => return 2,
+            },
+            "--containerd" => match value("--containerd") {
+                Some(v) => opts.containerd = Some(v),
+                None => return 2,
+            },
+            "--kubelet-config" => match value("--kubelet-config") {
+                Some(v) => opts.kubelet_config = Some(v),
+                None => return 2,
+            },
+            "-h" | "--help" => {
+                println!("{DOCTOR_USAGE}");
+                return 0;
+            }
+            other => {
+                eprintln!("doctor: unknown argument `{other}`\n{DOCTOR_USAGE}");
+                return 2;
+            }
+        }
+    }
+    let names = wasm_shim_core::engine::ShimNames::new(spin_engine::NAME);
+    let target = node_doctor::Target {
+        shim_binary: format!("containerd-shim-{}-v2", names.engine),
+        runtime_type: names.runtime_id,
+        handler: spin_engine::NAME.to_string(),
+        cache_dir_env: spin_engine::cache_mount::DIR_ENV.to_string(),
+        cache_default: PathBuf::from(spin_engine::cache_mount::DEFAULT_DIR),
+        // libcontainer is built without `cgroupsv2_devices` (see the README's security notes).
+        device_filter_built: false,
+    };
+    let report = node_doctor::inspect(&target, &opts);
+    if json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.text());
+    }
+    report.exit_code()
+}
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("doctor") {
+        std::process::exit(doctor(&args[2..]));
+    }
     wasm_shim_core::run_shim(std::sync::Arc::new(spin_engine::SpinEngine));
 }

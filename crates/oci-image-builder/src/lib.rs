@@ -38,6 +38,7 @@
 
 #![warn(missing_docs)]
 
+pub mod hostile;
 pub mod rootfs;
 pub mod spin;
 

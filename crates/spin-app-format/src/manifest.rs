@@ -305,22 +305,7 @@ fn component_spec(v: toml::Value, origin: &str, key: &str) -> anyhow::Result<Com
 /// Parses and locks manifest text; `base` (absolute) is where relative paths resolve and
 /// `origin` names the file in errors.
 pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> {
-    let raw: toml::Table = toml::from_str(text)
-        .map_err(|e| anyhow!("{origin}: invalid TOML: {}", one_line(&e.to_string())))?;
-    match raw.get("spin_manifest_version") {
-        Some(toml::Value::Integer(2)) => {}
-        Some(toml::Value::String(v)) if v == "1" => bail!(
-            "{origin}: key `spin_manifest_version`: manifest version 1 is not supported; \
-             convert it to version 2 (`spin doctor` does, or see Spin's manifest v2 docs)"
-        ),
-        Some(other) => bail!(
-            "{origin}: key `spin_manifest_version`: unsupported value {other}; only version 2 is supported"
-        ),
-        None => bail!(
-            "{origin}: key `spin_manifest_version` is missing; a Spin manifest v2 starts with \
-             `spin_manifest_version = 2`"
-        ),
-    }
+    check_version(text, origin)?;
     let manifest: AppManifest =
         toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
 
@@ -499,6 +484,91 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
         },
         files,
     })
+}
+
+/// Checks the text is TOML and says `spin_manifest_version = 2`.
+fn check_version(text: &str, origin: &str) -> anyhow::Result<()> {
+    let raw: toml::Table = toml::from_str(text)
+        .map_err(|e| anyhow!("{origin}: invalid TOML: {}", one_line(&e.to_string())))?;
+    match raw.get("spin_manifest_version") {
+        Some(toml::Value::Integer(2)) => {}
+        Some(toml::Value::String(v)) if v == "1" => bail!(
+            "{origin}: key `spin_manifest_version`: manifest version 1 is not supported; \
+             convert it to version 2 (`spin doctor` does, or see Spin's manifest v2 docs)"
+        ),
+        Some(other) => bail!(
+            "{origin}: key `spin_manifest_version`: unsupported value {other}; only version 2 is supported"
+        ),
+        None => bail!(
+            "{origin}: key `spin_manifest_version` is missing; a Spin manifest v2 starts with \
+             `spin_manifest_version = 2`"
+        ),
+    }
+    Ok(())
+}
+
+/// A component's Wasm source as the manifest writes it, for a host that reads sources
+/// itself (the shim compiles an image's components before its container starts, reading
+/// them confined to the rootfs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentSource {
+    /// The component id, or `trigger.<type>[<n>].component` for an inline component.
+    pub id: String,
+    /// The local source path, relative to the manifest's directory, as written.
+    pub source: String,
+    /// Whether the component has `dependencies` (composed at load: its compiled form is
+    /// not that of `source`).
+    pub has_dependencies: bool,
+}
+
+/// The local Wasm sources of manifest `text`'s components (remote and registry sources
+/// are skipped), without touching the filesystem, after checking every `files` entry
+/// stays inside the app. `origin` names the file in errors.
+pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<ComponentSource>> {
+    check_version(text, origin)?;
+    let manifest: AppManifest =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+    let mut out = Vec::new();
+    let mut add = |id: String, key: &str, c: &ComponentToml| -> anyhow::Result<()> {
+        check_files_confined(&c.files, origin, key)?;
+        if let SourceToml::Local(source) = &c.source {
+            out.push(ComponentSource {
+                id,
+                source: source.clone(),
+                has_dependencies: !c.dependencies.is_empty(),
+            });
+        }
+        Ok(())
+    };
+    for (id, c) in manifest.components.iter() {
+        add(id.clone(), &format!("component.{id}"), c)?;
+    }
+    for (trigger_type, list) in manifest.triggers.iter() {
+        for (index, table) in list.iter().enumerate() {
+            let key = format!("trigger.{trigger_type}[{index}]");
+            let mut specs = Vec::new();
+            if let Some(v) = table.get("component") {
+                specs.push((format!("{key}.component"), v.clone()));
+            }
+            if let Some(toml::Value::Table(t)) = table.get("components") {
+                for (role, v) in t {
+                    let k = format!("{key}.components.{role}");
+                    match v {
+                        toml::Value::Array(a) => {
+                            specs.extend(a.iter().map(|v| (k.clone(), v.clone())))
+                        }
+                        one => specs.push((k, one.clone())),
+                    }
+                }
+            }
+            for (k, v) in specs {
+                if let ComponentSpec::Inline(c) = component_spec(v, origin, &k)? {
+                    add(k.clone(), &k, &c)?;
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Spin's `normalize_trigger_ids`: `<component>-<type>-trigger` when free, else
@@ -735,6 +805,31 @@ fn rel_string(p: &Path) -> String {
         .join("/")
 }
 
+/// Checks, without touching the filesystem, that every `files` entry stays inside the
+/// app: patterns and sources relative without `..`, destinations without `..`.
+fn check_files_confined(files: &[FilesMount], origin: &str, key: &str) -> anyhow::Result<()> {
+    let escapes = |p: &str| Path::new(p).is_absolute() || p.split('/').any(|s| s == "..");
+    for f in files {
+        match f {
+            FilesMount::Pattern(pattern) if escapes(pattern) => bail!(
+                "{origin}: key `{key}.files`: pattern `{pattern}` must be relative to the \
+                 manifest directory and stay inside it"
+            ),
+            FilesMount::Placement { source, .. } if escapes(source) => bail!(
+                "{origin}: key `{key}.files`: source `{source}` must be a path relative to the \
+                 manifest directory that stays inside it (no leading `/`, no `..`)"
+            ),
+            FilesMount::Placement { destination, .. }
+                if destination.split('/').any(|s| s == "..") =>
+            {
+                bail!("{origin}: key `{key}.files`: destination `{destination}` must not contain `..`")
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The lock's `files` and every file with its guest path (see the module doc).
 fn component_files(
     c: &ComponentToml,
@@ -767,6 +862,7 @@ fn component_files(
         }
         Ok(())
     };
+    check_files_confined(&c.files, origin, key)?;
     let mut lock = Vec::new();
     let mut all = Vec::new();
     fn add_file(
@@ -785,16 +881,6 @@ fn component_files(
         match mount {
             FilesMount::Pattern(pattern) => {
                 let rel = Path::new(pattern);
-                if rel.is_absolute()
-                    || rel
-                        .components()
-                        .any(|c| matches!(c, std::path::Component::ParentDir))
-                {
-                    bail!(
-                        "{origin}: key `{key}.files`: pattern `{pattern}` must be relative to the \
-                         manifest directory and stay inside it"
-                    );
-                }
                 if pattern == "." || pattern.ends_with("/.") {
                     bail!("{origin}: key `{key}.files`: a file pattern can't end in `.`; use the {{ source, destination }} form or a pattern ending in **/*");
                 }

@@ -322,3 +322,59 @@ fn redis_trigger_and_its_app_settings_are_typed() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn component_sources_read_nothing() {
+    let text = r#"spin_manifest_version = 2
+[application]
+name = "a"
+[[trigger.http]]
+route = "/a"
+component = { source = "in/line.wasm" }
+[[trigger.http]]
+route = "/b"
+component = "c"
+[component.c]
+source = "../c.wasm"
+files = ["static/*"]
+[component.d]
+source = { url = "https://example.com/d.wasm", digest = "sha256:00" }
+[component.e]
+source = "e.wasm"
+dependencies = { "x:y/z" = { path = "z.wasm" } }
+"#;
+    let got = manifest::component_sources(text, "m").unwrap();
+    let got: Vec<_> = got
+        .iter()
+        .map(|s| (s.id.as_str(), s.source.as_str(), s.has_dependencies))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("c", "../c.wasm", false),
+            ("e", "e.wasm", true),
+            ("trigger.http[0].component", "in/line.wasm", false)
+        ]
+    );
+    let e = format!(
+        "{:#}",
+        manifest::component_sources("spin_manifest_version = \"1\"", "/spin.toml").unwrap_err()
+    );
+    assert!(e.contains("/spin.toml") && e.contains("version 1"), "{e}");
+}
+
+#[test]
+fn component_sources_refuse_files_outside_the_app() {
+    for bad in [
+        r#"files = [{ source = "/etc", destination = "/etc" }]"#,
+        r#"files = [{ source = "a/../../b", destination = "/b" }]"#,
+        r#"files = ["/etc/*"]"#,
+        r#"files = [{ source = "a", destination = "/x/../.." }]"#,
+    ] {
+        let text = format!(
+            "spin_manifest_version = 2\n[application]\nname = \"a\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n{bad}\n"
+        );
+        let e = format!("{:#}", manifest::component_sources(&text, "m").unwrap_err());
+        assert!(e.contains("component.c.files"), "{bad}: {e}");
+    }
+}

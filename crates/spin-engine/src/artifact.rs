@@ -4,27 +4,35 @@
 //! (in Create, in the shim's tokio process, before the container exists) asks containerd
 //! for the container's Wasm image through [`wasm_shim_core::content`]. An image whose
 //! config says architecture `wasm` (or has the `application/vnd.wasm.config.v0+json` media
-//! type) is materialised in the rootfs under [`APP_DIR`]:
+//! type) is materialised into a directory the shim owns under the container's state root
+//! (never into the rootfs, whose links the image chose), which the container then sees
+//! read-only at `/`[`APP_DIR`]:
 //! - `locked.json`: the locked-app layer (`application/vnd.fermyon.spin.application.v1+config`),
 //!   or, for the single-layer `application/wasm` form, a generated lock serving the
 //!   component at `/...`;
-//! - `blobs/<hex>`: every layer, every file of every archive layer (by its own sha256), and
-//!   every further digest the lock references (fetched from the content store);
+//! - `blobs/<hex>`: every non-rootfs layer, and every file of every archive layer (by its
+//!   own sha256);
 //! - `archives/<hex>/`: each `tar+gzip` archive layer, extracted;
 //! - `oci-image-digest`: the manifest digest, shown as `oci_image_digest` by the app's
 //!   `/.well-known/spin/info`.
 //!
-//! The Spin executor then runs the lock with digests resolved to those paths.
-//! Missing or corrupt content fails Create with an error naming the digest.
+//! Trust rules (the image is untrusted): digests must be `sha256:<64 hex>`; the lock may
+//! only reference layers the manifest lists or files inside its archive layers (never
+//! other content of the namespace); blobs are streamed to disk with their size and sha256
+//! checked; archives hold only regular files and directories and stay within
+//! [`Limits`]. All writes go through [`Dir`].
+//! Missing, corrupt or refused content fails Create with an error naming the digest.
 
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use wasm_shim_core::content::{sha256_hex, Containerd};
+use wasm_shim_core::confined::Dir;
+use wasm_shim_core::content::{digest_hex, Containerd};
+use wasm_shim_core::untrusted::{extract_tar_gz, Budget, Limits, MAX_JSON_BYTES};
 
-/// Directory (relative to the rootfs) the shim materialises an artifact's app into.
+/// Where the container sees the shim's app directory (relative to its root, read-only).
 pub const APP_DIR: &str = ".spin-app";
 /// The lock inside [`APP_DIR`].
 pub const LOCKED_FILE: &str = "locked.json";
@@ -42,9 +50,14 @@ pub const MEDIA_TYPE_ARCHIVE_LAYER: &str = "application/vnd.wasm.content.bundle.
 /// Single-layer component form.
 pub const MEDIA_TYPE_WASM: &str = "application/wasm";
 
-/// Whether the container is an artifact candidate: command `/` without `/spin.toml`.
-pub fn wants_artifact(args: &[String], rootfs: &Path) -> bool {
-    args.first().map(String::as_str) == Some("/") && !rootfs.join("spin.toml").is_file()
+/// Whether the container is an artifact candidate: command `/` (then a command trigger's
+/// arguments, if any) and no `/spin.toml` in the rootfs (looked up as the container would
+/// see it, links confined to the rootfs).
+pub fn wants_artifact(args: &[String], rootfs: &Dir) -> bool {
+    args.first().map(String::as_str) == Some("/")
+        && !rootfs
+            .exists_in_root(Path::new("spin.toml"))
+            .unwrap_or(false)
 }
 
 /// What [`materialise`] found.
@@ -54,16 +67,30 @@ pub struct Materialised {
     pub image: String,
     /// The image's manifest digest.
     pub manifest_digest: String,
+    /// The locked app as materialised.
+    pub locked: Vec<u8>,
+}
+
+/// Whether a layer of media type `mt` is a container rootfs layer (containerd unpacks
+/// those into the rootfs; they are not app content).
+fn is_rootfs_layer(mt: &str) -> bool {
+    mt.starts_with("application/vnd.oci.image.layer.")
+        || mt.starts_with("application/vnd.docker.image.rootfs.")
 }
 
 /// Reads container `id`'s image from containerd and, if it is a Wasm/Spin artifact,
-/// writes it under `rootfs/`[`APP_DIR`]. Returns None for images that are not Wasm
-/// artifacts (the rootfs is left alone).
+/// writes it into `app_dir` (a new directory the shim owns, outside the container's
+/// rootfs; see the module docs). Returns None for images that are not Wasm artifacts.
+///
+/// Only `sha256:<64 hex>` digests are accepted, and the lock may only reference layers
+/// the manifest lists (or files inside its archive layers); every blob is streamed to
+/// disk with its size and sha256 checked; archive layers are extracted off the async
+/// workers within [`Limits`]. Errors name the image, the layer and the rule.
 pub async fn materialise(
     address: &str,
     namespace: &str,
     id: &str,
-    rootfs: &Path,
+    app_dir: &Path,
 ) -> anyhow::Result<Option<Materialised>> {
     let cd = Containerd::connect(address, namespace).await?;
     let Some(wasm) = cd.wasm_image(id).await? else {
@@ -71,23 +98,67 @@ pub async fn materialise(
     };
     let (image, manifest_desc, layers) = (wasm.image, wasm.manifest, wasm.layers);
     let what = |s: &str| format!("{s} of image {image}");
-    let app = rootfs.join(APP_DIR);
-    let blobs = app.join(BLOBS_DIR);
-    std::fs::create_dir_all(&blobs).with_context(|| format!("create {}", blobs.display()))?;
+    let mut budget = Budget::new(Limits::from_env()?);
+    let app = Dir::create(app_dir)?;
+    let blobs = app.create_dir_all(Path::new(BLOBS_DIR))?;
+    let archives = app.create_dir_all(Path::new(ARCHIVES_DIR))?;
+    // Digests the lock may reference: layers and files inside archive layers.
+    let mut listed: BTreeSet<String> = BTreeSet::new();
     let mut locked: Option<Vec<u8>> = None;
     let mut wasm_layer: Option<String> = None;
-    for (i, l) in layers.iter().enumerate() {
-        let (digest, mt) = (l.digest.as_str(), l.media_type.as_str());
-        let data = cd
-            .read_blob(digest, &what(&format!("layer {i} ({mt})")))
-            .await?;
-        let hex_digest = &digest["sha256:".len()..];
-        write_new(&blobs.join(hex_digest), &data)?;
+    for (i, desc) in layers.iter().enumerate() {
+        let mt = desc.media_type.as_str();
+        let layer_what = what(&format!(
+            "layer {i} ({})",
+            if mt.is_empty() { "no media type" } else { mt }
+        ));
+        if is_rootfs_layer(mt) {
+            continue;
+        }
+        let hex_digest = digest_hex(&desc.digest)
+            .with_context(|| layer_what.clone())?
+            .to_string();
+        if !blobs.contains(&hex_digest) {
+            cd.write_blob(desc, &blobs, &mut budget, &layer_what)
+                .await?;
+        }
+        listed.insert(desc.digest.clone());
         match mt {
-            MEDIA_TYPE_LOCKED_APP => locked = Some(data),
-            MEDIA_TYPE_ARCHIVE_LAYER => extract_archive(&data, hex_digest, &app)
-                .with_context(|| what(&format!("archive layer {digest}")))?,
-            MEDIA_TYPE_WASM => wasm_layer = Some(digest.to_string()),
+            MEDIA_TYPE_LOCKED_APP => {
+                let mut data = Vec::new();
+                blobs
+                    .open_file(Path::new(&hex_digest))?
+                    .take(MAX_JSON_BYTES + 1)
+                    .read_to_end(&mut data)?;
+                if data.len() as u64 > MAX_JSON_BYTES {
+                    bail!("{layer_what}: the locked app is over {MAX_JSON_BYTES} bytes");
+                }
+                locked = Some(data);
+            }
+            MEDIA_TYPE_ARCHIVE_LAYER => {
+                let src = blobs.open_file(Path::new(&hex_digest))?;
+                let dest = archives.create_dir_all(Path::new(&hex_digest))?;
+                let blobs2 = blobs.try_clone()?;
+                let w = layer_what.clone();
+                // Inflating is CPU-bound and blocking: keep it off the async workers.
+                let (res, b) = tokio::task::spawn_blocking(move || {
+                    let r = extract_tar_gz(
+                        std::io::BufReader::new(src),
+                        &dest,
+                        &blobs2,
+                        &mut budget,
+                        &w,
+                    );
+                    (r, budget)
+                })
+                .await
+                .context("archive extraction task failed")?;
+                budget = b;
+                for d in res?.file_digests {
+                    listed.insert(format!("sha256:{d}"));
+                }
+            }
+            MEDIA_TYPE_WASM => wasm_layer = Some(desc.digest.clone()),
             _ => {}
         }
     }
@@ -98,33 +169,36 @@ pub async fn materialise(
             "image {image} has a Wasm config but no locked-app layer ({MEDIA_TYPE_LOCKED_APP}) nor a single {MEDIA_TYPE_WASM} layer"
         ),
     };
-    // Every digest the lock needs must be present: fetch the rest from the content store.
     let lock = spin_app_format::LockedApp::from_json(&locked)
         .with_context(|| format!("image {image}: the locked-app layer"))?;
     for d in referenced_digests(&lock) {
-        let Some(hex_digest) = d.strip_prefix("sha256:") else {
-            bail!("image {image}: the lock references {d:?}, not a sha256 digest");
-        };
-        let path = blobs.join(hex_digest);
-        if !path.exists() {
-            let data = cd
-                .read_blob(&d, &what("content referenced by the locked app"))
-                .await?;
-            write_new(&path, &data)?;
+        digest_hex(&d)
+            .with_context(|| format!("image {image}: the locked app references content {d:?}"))?;
+        if !listed.contains(&d) {
+            bail!(
+                "image {image}: the locked app references content {d}, which is missing from the image: its manifest lists no such layer (missing component or file layer)"
+            );
         }
     }
-    write_new(&app.join(DIGEST_FILE), manifest_desc.digest.as_bytes())?;
-    write_new(&app.join(LOCKED_FILE), &locked)?;
+    let write = |name: &str, data: &[u8]| -> anyhow::Result<()> {
+        let mut f = app.create_file(name, 0o644)?;
+        std::io::Write::write_all(&mut f, data)
+            .with_context(|| format!("write {}", app.path().join(name).display()))
+    };
+    write(DIGEST_FILE, manifest_desc.digest.as_bytes())?;
+    write(LOCKED_FILE, &locked)?;
+    tracing::debug!(image = %image, bytes = budget.bytes(), "artifact materialised");
     Ok(Some(Materialised {
         image,
         manifest_digest: manifest_desc.digest,
+        locked,
     }))
 }
 
 /// The digests of content the lock does not inline (component sources, dependencies and
 /// files), read with the app format crate (Spin's `ContentPath` flattens the reference
 /// beside `path`).
-fn referenced_digests(lock: &spin_app_format::LockedApp) -> BTreeSet<String> {
+pub fn referenced_digests(lock: &spin_app_format::LockedApp) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut add = |c: &spin_app_format::ContentRef| {
         if c.inline.is_none() && c.source.is_none() {
@@ -183,52 +257,11 @@ pub fn single_component_lock(image: &str, digest: &str) -> Vec<u8> {
     .to_json()
 }
 
-/// Extracts a tar+gzip layer to `app/archives/<hex>/` and stores each regular file as a
-/// blob by its own digest (locks reference archive files by digest).
-fn extract_archive(data: &[u8], hex_digest: &str, app: &Path) -> anyhow::Result<()> {
-    let dest = app.join(ARCHIVES_DIR).join(hex_digest);
-    std::fs::create_dir_all(&dest)?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(data));
-    for entry in ar.entries().context("not a tar+gzip archive")? {
-        let mut entry = entry.context("corrupt tar entry")?;
-        let path = entry.path()?.into_owned();
-        if path.components().any(|c| {
-            !matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        }) {
-            bail!("archive entry {} escapes the archive", path.display());
-        }
-        if entry.header().entry_type().is_dir() {
-            std::fs::create_dir_all(dest.join(&path))?;
-            continue;
-        }
-        if !entry.header().entry_type().is_file() {
-            continue;
-        }
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes)?;
-        let target = dest.join(&path);
-        if let Some(p) = target.parent() {
-            std::fs::create_dir_all(p)?;
-        }
-        std::fs::write(&target, &bytes)?;
-        write_new(&app.join(BLOBS_DIR).join(sha256_hex(&bytes)), &bytes)?;
-    }
-    Ok(())
-}
-
-fn write_new(path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    std::fs::write(path, data).with_context(|| format!("write {}", path.display()))
-}
-
 /// Maps a locked-app digest to the materialised file (or extracted archive directory)
-/// under `app_dir` (the container's `/`[`APP_DIR`]).
+/// under `app_dir` (the container's `/`[`APP_DIR`]). Only `sha256:<64 hex>` digests are
+/// accepted.
 pub fn blob_path(app_dir: &Path, digest: &str) -> anyhow::Result<PathBuf> {
-    let hex_digest = digest
-        .strip_prefix("sha256:")
-        .with_context(|| format!("content digest {digest:?} is not a sha256 digest"))?;
+    let hex_digest = digest_hex(digest).context("content referenced by the locked app")?;
     let archive = app_dir.join(ARCHIVES_DIR).join(hex_digest);
     if archive.is_dir() {
         return Ok(archive);
@@ -261,31 +294,34 @@ mod tests {
     }
 
     #[test]
-    fn archive_files_become_blobs() {
+    fn blob_paths_are_digests_only() {
         let dir = tempfile::tempdir().unwrap();
-        let mut b = tar::Builder::new(Vec::new());
-        let mut h = tar::Header::new_gnu();
-        h.set_size(5);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, "static/a.txt", &b"hello"[..])
-            .unwrap();
-        let tar = b.into_inner().unwrap();
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut gz, &tar).unwrap();
-        let gz = gz.finish().unwrap();
+        let hex = wasm_shim_core::content::sha256_hex(b"hello");
         std::fs::create_dir_all(dir.path().join(BLOBS_DIR)).unwrap();
-        extract_archive(&gz, "ff", dir.path()).unwrap();
-        let d = format!("sha256:{}", sha256_hex(b"hello"));
+        std::fs::write(dir.path().join(BLOBS_DIR).join(&hex), b"hello").unwrap();
+        let d = format!("sha256:{hex}");
         assert_eq!(
             std::fs::read(blob_path(dir.path(), &d).unwrap()).unwrap(),
             b"hello"
         );
-        assert!(blob_path(dir.path(), "sha256:ff")
-            .unwrap()
-            .join("static/a.txt")
-            .is_file());
-        let e = blob_path(dir.path(), "sha256:00").unwrap_err().to_string();
-        assert!(e.contains("sha256:00"), "{e}");
+        for bad in ["sha256:/", "sha256:../x", "sha256:../../etc/passwd"] {
+            let e = format!("{:#}", blob_path(dir.path(), bad).unwrap_err());
+            assert!(e.contains("sha256:<64"), "{bad}: {e}");
+        }
+        let missing = format!("sha256:{}", wasm_shim_core::content::sha256_hex(b"other"));
+        let e = blob_path(dir.path(), &missing).unwrap_err().to_string();
+        assert!(e.contains(&missing), "{e}");
+    }
+
+    #[test]
+    fn rootfs_layers_are_not_app_content() {
+        assert!(is_rootfs_layer(
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        ));
+        assert!(is_rootfs_layer(
+            "application/vnd.docker.image.rootfs.diff.tar.gzip"
+        ));
+        assert!(!is_rootfs_layer(MEDIA_TYPE_ARCHIVE_LAYER));
+        assert!(!is_rootfs_layer(MEDIA_TYPE_WASM));
     }
 }

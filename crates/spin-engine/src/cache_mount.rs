@@ -1,12 +1,14 @@
-//! The node-local compiled-component cache shared by all Spin containers.
+//! The node's compiled-component cache, and what each Spin container sees of it.
 //!
-//! The shim bind-mounts the host cache directory (default [`DEFAULT_DIR`], override with
-//! [`DIR_ENV`] in the shim's environment) read-write into every Spin container at
-//! [`CONTAINER_DIR`] and sets [`DIR_ENV`]`=`[`CONTAINER_DIR`] in the container's env, so the
-//! Spin runtime's `compile_cache` (keyed by component sha256 and the engine's
-//! compatibility hash, atomic writes) is reused across shim processes: a second start of
-//! the same image loads instead of compiling. Before each Spin container starts, the
-//! oldest entries beyond [`MAX_BYTES_ENV`] (default [`DEFAULT_MAX_BYTES`]) are removed.
+//! Loading a compiled component runs its native code, so entries are written only by the
+//! shim, never by a workload: before a Spin container starts, the shim (outside the
+//! container and its memory limit) compiles every component of the app ([`crate::precompile`]) into the host directory (default [`DEFAULT_DIR`], override
+//! [`DIR_ENV`] in the shim's environment), which it keeps `0700` root. The container gets
+//! no view of that directory: each of its own entries is bind-mounted read-only at
+//! `/.spin-app/compiled/<entry>`, and its environment says [`DIR_ENV`]`=`[`CONTAINER_DIR`]
+//! with the cache read-only, so the runtime inside loads exactly those entries and never
+//! writes one. Before each compile the oldest entries beyond [`MAX_BYTES_ENV`] (default
+//! [`DEFAULT_MAX_BYTES`]) are removed.
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +23,12 @@ pub use spin_runtime::compile_cache::DIR_ENV;
 pub const MAX_BYTES_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_MAX_BYTES";
 /// Default size cap: 2 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
-/// Where the cache appears inside a container.
-pub const CONTAINER_DIR: &str = "/.spin-compile-cache";
+/// Where the shim's app directory appears inside a container (read-only).
+pub const APP_MOUNT: &str = "/.spin-app";
+/// The directory of compiled entries inside the app directory.
+pub const COMPILED_DIR: &str = "compiled";
+/// Where a container sees its own compiled entries (read-only, nothing else).
+pub const CONTAINER_DIR: &str = "/.spin-app/compiled";
 
 /// The host cache directory from the shim's environment.
 pub fn host_dir() -> PathBuf {
@@ -82,34 +88,88 @@ pub fn prune(dir: &Path, max: u64) -> anyhow::Result<usize> {
     Ok(removed)
 }
 
-/// Prepares the host cache and adds its bind mount and env var to `spec`.
-pub fn attach(spec: &mut Spec) -> anyhow::Result<PathBuf> {
+/// Env var (container environment) making the runtime's cache read-only.
+pub use spin_runtime::compile_cache::READONLY_ENV;
+
+/// What a Spin container will run, for [`crate::precompile`].
+#[derive(Debug, Clone)]
+pub enum AppSource {
+    /// A materialised artifact: its locked app, and the shim's app directory (blobs by
+    /// digest).
+    Locked {
+        /// The locked-app JSON.
+        lock: Vec<u8>,
+        /// The shim-owned app directory.
+        app_dir: PathBuf,
+    },
+    /// `/spin.toml` in the container's rootfs (read confined to the rootfs).
+    Manifest {
+        /// The container's rootfs on the host.
+        rootfs: PathBuf,
+    },
+}
+
+/// A compiled entry: its file name (as the runtime looks it up) and host path.
+pub type Entry = (String, PathBuf);
+
+/// Compiles `source` into the host cache (created `0700`, pruned first), off the async
+/// workers; returns the entries the container may load.
+pub async fn precompile(source: AppSource) -> anyhow::Result<Vec<Entry>> {
     let dir = host_dir();
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("create the compile cache {} (set {DIR_ENV})", dir.display()))?;
     let max = max_bytes()?;
-    if let Err(e) = prune(&dir, max) {
-        tracing::warn!("compile cache {}: {e:#}", dir.display());
-    }
-    let mount = MountBuilder::default()
-        .destination(CONTAINER_DIR)
-        .typ("bind")
-        .source(&dir)
-        .options(vec!["rbind".to_string(), "rw".to_string()])
-        .build()
-        .context("compile cache mount")?;
+    tokio::task::spawn_blocking(move || {
+        spin_runtime::compile_cache::create_private_dir(&dir)
+            .with_context(|| format!("the compile cache (set {DIR_ENV})"))?;
+        if let Err(e) = prune(&dir, max) {
+            tracing::warn!("compile cache {}: {e:#}", dir.display());
+        }
+        crate::precompile::precompile(&source, &dir)
+    })
+    .await
+    .context("compile task failed")?
+}
+
+/// Gives the container read-only access to `app_dir` at [`APP_MOUNT`] and to exactly
+/// `entries` below it at [`CONTAINER_DIR`], and points its runtime at them (read-only).
+/// Creates the mount points in `app_dir`; drops any mount of the spec at those paths.
+pub fn attach(spec: &mut Spec, app_dir: &Path, entries: &[Entry]) -> anyhow::Result<()> {
+    let app = wasm_shim_core::confined::Dir::create(app_dir)?;
+    let compiled = app.create_dir_all(Path::new(COMPILED_DIR))?;
+    let ro = |src: &Path, dst: &str| {
+        MountBuilder::default()
+            .destination(dst)
+            .typ("bind")
+            .source(src)
+            .options(vec![
+                "rbind".to_string(),
+                "ro".to_string(),
+                "nosuid".to_string(),
+                "nodev".to_string(),
+            ])
+            .build()
+            .context("Spin app mount")
+    };
     let mut mounts = spec.mounts().clone().unwrap_or_default();
-    mounts.retain(|m| m.destination() != Path::new(CONTAINER_DIR));
-    mounts.push(mount);
+    mounts.retain(|m| !m.destination().starts_with(APP_MOUNT));
+    mounts.push(ro(app_dir, APP_MOUNT)?);
+    for (name, host) in entries {
+        if !compiled.contains(name) {
+            compiled.create_file(name, 0o444)?;
+        }
+        mounts.push(ro(host, &format!("{CONTAINER_DIR}/{name}"))?);
+    }
     spec.set_mounts(Some(mounts));
     if let Some(mut p) = spec.process().clone() {
         let mut env = p.env().clone().unwrap_or_default();
-        env.retain(|kv| !kv.starts_with(&format!("{DIR_ENV}=")));
+        env.retain(|kv| {
+            !kv.starts_with(&format!("{DIR_ENV}=")) && !kv.starts_with(&format!("{READONLY_ENV}="))
+        });
         env.push(format!("{DIR_ENV}={CONTAINER_DIR}"));
+        env.push(format!("{READONLY_ENV}=1"));
         p.set_env(Some(env));
         spec.set_process(Some(p));
     }
-    Ok(dir)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The Spin engine of the shim ([`SpinEngine`]), everything Spin-specific on the shim side:
 //! - [`artifact`]: Spin OCI artifacts (locked-app, archive and `application/wasm` layers)
-//!   materialised from containerd's content store into the rootfs under
-//!   [`artifact::APP_DIR`];
-//! - [`cache_mount`]: the node-wide compiled-component cache bind-mounted into Spin
-//!   containers;
+//!   materialised from containerd's content store into a shim-owned directory the
+//!   container sees read-only at `/`[`artifact::APP_DIR`];
+//! - [`precompile`] and [`cache_mount`]: components compiled by the shim into the node's
+//!   root-only cache, each container given read-only access to its own entries;
 //! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
 //!
 //! A container is Spin's when its command is `/` and its rootfs holds `/spin.toml` or the
@@ -13,15 +13,24 @@
 
 pub mod artifact;
 pub mod cache_mount;
+pub mod precompile;
 
 use std::path::Path;
 
+use anyhow::Context;
 use async_trait::async_trait;
 use spin_runtime::app::{Content, ContentRef};
 use spin_runtime::App;
+use wasm_shim_core::confined::Dir;
 use wasm_shim_core::engine::{Engine, Entrypoint, Prepare};
 
+use cache_mount::AppSource;
+
 use artifact::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
+
+/// The shim-owned directory (under a container's state root) holding its Spin app and
+/// the mount points of its compiled components.
+pub const SPIN_APP_DIR: &str = "spin-app";
 
 /// The engine name: runtime `io.containerd.spin.v2`.
 pub const NAME: &str = "spin";
@@ -57,33 +66,58 @@ impl Engine for SpinEngine {
         ))
     }
 
-    /// For command `/` (followed by a command trigger's arguments, if any): materialises a
-    /// Spin OCI artifact from containerd's content store into the rootfs (if the rootfs has
-    /// no `/spin.toml`) and attaches the shared compile cache. Other containers are left
-    /// alone.
+    /// For command `/` (then a command trigger's arguments, if any): materialises a Spin
+    /// OCI artifact from containerd's content store (if the rootfs has no `/spin.toml`) into
+    /// [`SPIN_APP_DIR`] under the container's state root, compiles the app's components into
+    /// the node's cache, and gives the container read-only access to both (see
+    /// [`cache_mount`]). Other containers are left alone.
     async fn prepare(&self, p: &mut Prepare<'_>) -> anyhow::Result<()> {
         let args = p.args();
         if args.first().map(String::as_str) != Some("/") {
             return Ok(());
         }
         let id = p.id;
-        if artifact::wants_artifact(&args, p.rootfs) {
+        let rootfs = Dir::open(p.rootfs)?;
+        if rootfs.exists_in_root(Path::new(APP_DIR))? {
+            anyhow::bail!(
+                "container {id}: the image has /{APP_DIR}, a path the shim reserves for the Spin app it mounts read-only; remove it from the image"
+            );
+        }
+        let app_dir = p.state_root.join(SPIN_APP_DIR);
+        let mut source = None;
+        if artifact::wants_artifact(&args, &rootfs) {
             anyhow::ensure!(
                 !p.containerd_address.is_empty(),
                 "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
             );
-            match artifact::materialise(p.containerd_address, p.namespace, id, p.rootfs).await? {
-                Some(m) => tracing::info!(
-                    id,
-                    image = %m.image,
-                    manifest = %m.manifest_digest,
-                    "Spin artifact materialised from the content store"
-                ),
+            match artifact::materialise(p.containerd_address, p.namespace, id, &app_dir).await? {
+                Some(m) => {
+                    tracing::info!(
+                        id,
+                        image = %m.image,
+                        manifest = %m.manifest_digest,
+                        "Spin artifact materialised from the content store"
+                    );
+                    source = Some(AppSource::Locked {
+                        lock: m.locked,
+                        app_dir: app_dir.clone(),
+                    });
+                }
                 None => tracing::debug!(id, "image is not a Wasm artifact"),
             }
+        } else {
+            source = Some(AppSource::Manifest {
+                rootfs: p.rootfs.to_path_buf(),
+            });
         }
-        let dir = cache_mount::attach(p.spec)?;
-        tracing::debug!(id, dir = %dir.display(), "compile cache attached");
+        let entries = match source {
+            Some(s) => cache_mount::precompile(s)
+                .await
+                .with_context(|| format!("container {id}: compiling the Spin app"))?,
+            None => Vec::new(),
+        };
+        cache_mount::attach(p.spec, &app_dir, &entries)?;
+        tracing::debug!(id, entries = entries.len(), "compiled components attached");
         Ok(())
     }
 

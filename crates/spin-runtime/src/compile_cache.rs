@@ -8,9 +8,16 @@
 //!
 //! Default directory: [`DEFAULT_DIR`]; override with the env var [`DIR_ENV`]. The Spin
 //! runtime and the image loader both use this module.
+//!
+//! Trust: loading an entry runs its native code, so an entry must only ever have been
+//! written by this code, never by a workload. On a node the shim compiles with
+//! [`CompileCache::precompile`] into a root-only directory before a container starts and
+//! gives each container a read-only view of exactly its own entries; inside the container
+//! the cache is opened read-only ([`READONLY_ENV`]) and a miss compiles in memory only.
 
 use std::hash::{Hash, Hasher};
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -22,6 +29,8 @@ use wasmtime::Engine;
 pub const DEFAULT_DIR: &str = "/var/lib/containerd-shim-spin-v2/compile-cache";
 /// Env var overriding the cache directory.
 pub const DIR_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_DIR";
+/// Env var: `1` opens the cache read-only (entries are loaded, never written).
+pub const READONLY_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_READONLY";
 
 /// Whether a component came from the cache or was compiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +45,7 @@ pub enum Outcome {
 #[derive(Debug, Clone)]
 pub struct CompileCache {
     dir: PathBuf,
+    read_only: bool,
 }
 
 /// Feeds `Hash` output into sha256 so the key is stable for one binary.
@@ -66,20 +76,82 @@ pub fn component_digest(bytes: &[u8]) -> String {
 impl CompileCache {
     /// A cache in `dir` (created on first store).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        CompileCache { dir: dir.into() }
+        CompileCache {
+            dir: dir.into(),
+            read_only: false,
+        }
     }
 
-    /// The cache at [`DIR_ENV`] if set in `env` (or the process env), else [`DEFAULT_DIR`].
+    /// A cache whose entries are loaded but never written (a miss compiles in memory).
+    pub fn read_only(dir: impl Into<PathBuf>) -> Self {
+        CompileCache {
+            dir: dir.into(),
+            read_only: true,
+        }
+    }
+
+    /// The cache at [`DIR_ENV`] if set in `env` (or the process env), else [`DEFAULT_DIR`];
+    /// read-only if [`READONLY_ENV`] is `1`.
     pub fn from_env(env: &[(String, String)]) -> Self {
-        let dir = env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == DIR_ENV)
-            .map(|(_, v)| v.clone())
-            .or_else(|| std::env::var(DIR_ENV).ok())
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| DEFAULT_DIR.to_string());
-        CompileCache::new(dir)
+        let get = |key: &str| {
+            env.iter()
+                .rev()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(key).ok())
+                .filter(|v| !v.is_empty())
+        };
+        let dir = get(DIR_ENV).unwrap_or_else(|| DEFAULT_DIR.to_string());
+        CompileCache {
+            dir: PathBuf::from(dir),
+            read_only: get(READONLY_ENV).as_deref() == Some("1"),
+        }
+    }
+
+    /// Whether entries are never written.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The entry's file name for these bytes and engine: keyed by the bytes as the app
+    /// ships them, so for a wasip1 core module (made a component with the preview1
+    /// adapter, form `p1-reactor`) a hit skips the conversion too.
+    pub fn entry_name(engine: &Engine, wasm: &[u8]) -> String {
+        let form = if crate::componentize::is_core_module(wasm) {
+            "-p1-reactor"
+        } else {
+            ""
+        };
+        format!(
+            "{}{form}-{}.cwasm",
+            component_digest(wasm),
+            &engine_key(engine)[..16]
+        )
+    }
+
+    /// Compiles `wasm` for the runtime's engine configuration (without its instance pool,
+    /// which does not change compiled code) and stores the entry unless one exists;
+    /// returns the entry's path. For the shim, before the container starts: compilation
+    /// then happens outside the container and its memory limit. Blocking.
+    pub fn precompile(&self, wasm: &[u8], name: &str) -> anyhow::Result<(PathBuf, Outcome)> {
+        anyhow::ensure!(
+            !self.read_only,
+            "compile cache {} is read-only",
+            self.dir.display()
+        );
+        let engine = compile_engine()?;
+        let path = self.entry_path(engine, wasm);
+        if path.is_file() {
+            // Touch it: eviction removes the least recently used entries first.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            return Ok((path, Outcome::Hit));
+        }
+        let component = compile_component(engine, wasm, name)?;
+        self.store(&path, &component)?;
+        Ok((path, Outcome::Miss))
     }
 
     /// The cache directory.
@@ -89,11 +161,7 @@ impl CompileCache {
 
     /// The file an entry for these bytes and engine lives in.
     pub fn entry_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
-        self.dir.join(format!(
-            "{}-{}.cwasm",
-            component_digest(wasm),
-            &engine_key(engine)[..16]
-        ))
+        self.dir.join(Self::entry_name(engine, wasm))
     }
 
     /// Loads the compiled component for `wasm` from the cache, or compiles it and stores
@@ -107,9 +175,11 @@ impl CompileCache {
     ) -> anyhow::Result<(Component, Outcome)> {
         let path = self.entry_path(engine, wasm);
         if path.is_file() {
-            // SAFETY: the file is one we wrote with `Component::serialize` for an engine
-            // with the same compatibility hash (part of the file name); wasmtime checks the
-            // header again. The cache directory must be writable only by the runtime's user.
+            // SAFETY: the file is one this code wrote with `Component::serialize` for an
+            // engine with the same compatibility hash (part of the file name); wasmtime
+            // checks the header again. In a container the entry is the shim's, bind-mounted
+            // read-only from a root-only directory; elsewhere the cache directory must be
+            // writable only by the runtime's user.
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(c) => {
                     tracing::debug!(component = name, path = %path.display(), "compile cache hit");
@@ -123,45 +193,13 @@ impl CompileCache {
             }
         }
         tracing::debug!(component = name, path = %path.display(), "compile cache miss");
-        let component = Component::new(engine, wasm)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?;
-        if let Err(e) = self.store(&path, &component) {
-            tracing::warn!(component = name, dir = %self.dir.display(), "cannot write compile cache: {e:#}");
-        }
-        Ok((component, Outcome::Miss))
-    }
-
-    /// Like [`CompileCache::load_or_compile`] for a core module that `convert` turns into a
-    /// component first (wasip1 modules and the preview1 adapter): the entry is keyed by the
-    /// module's own bytes and `form` (e.g. `p1-reactor`), so a hit skips the conversion too.
-    pub fn load_or_compile_converted(
-        &self,
-        engine: &Engine,
-        module: &[u8],
-        form: &str,
-        name: &str,
-        convert: impl FnOnce(&[u8]) -> anyhow::Result<Vec<u8>>,
-    ) -> anyhow::Result<(Component, Outcome)> {
-        let path = self.dir.join(format!(
-            "{}-{form}-{}.cwasm",
-            component_digest(module),
-            &engine_key(engine)[..16]
-        ));
-        if path.is_file() {
-            // SAFETY: as in `load_or_compile`: only this code writes entries.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(c) => return Ok((c, Outcome::Hit)),
-                Err(e) => {
-                    tracing::warn!(component = name, path = %path.display(), "compile cache entry unusable, recompiling: {e:#}")
-                }
-            }
-        }
-        let wasm = convert(module)?;
-        let component = Component::new(engine, &wasm)
-            .map_err(anyhow::Error::from)
-            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?;
-        if let Err(e) = self.store(&path, &component) {
+        let component = compile_component(engine, wasm, name)?;
+        if self.read_only {
+            tracing::info!(
+                component = name,
+                "compiled in memory (read-only compile cache)"
+            );
+        } else if let Err(e) = self.store(&path, &component) {
             tracing::warn!(component = name, dir = %self.dir.display(), "cannot write compile cache: {e:#}");
         }
         Ok((component, Outcome::Miss))
@@ -169,8 +207,7 @@ impl CompileCache {
 
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
         let bytes = component.serialize().map_err(anyhow::Error::from)?;
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("create {}", self.dir.display()))?;
+        create_private_dir(&self.dir)?;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tmp = self.dir.join(format!(
             ".tmp-{}-{}-{}",
@@ -179,7 +216,11 @@ impl CompileCache {
             path.file_name().unwrap_or_default().to_string_lossy()
         ));
         let result = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
+            let mut f = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)
@@ -188,5 +229,109 @@ impl CompileCache {
             let _ = std::fs::remove_file(&tmp);
         }
         result.with_context(|| format!("write {}", path.display()))
+    }
+}
+
+/// Compiles a component, or a wasip1 core module made a component with the preview1
+/// adapter (as Spin does at load). `name` names it in errors.
+pub fn compile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<Component> {
+    let converted;
+    let bytes = if crate::componentize::is_core_module(wasm) {
+        tracing::info!(
+            component = name,
+            "core module (wasip1): componentizing with the preview1 adapter"
+        );
+        converted = crate::componentize::componentize(wasm, name)?;
+        &converted[..]
+    } else {
+        wasm
+    };
+    Component::new(engine, bytes)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("component `{name}` is not a valid Wasm component"))
+}
+
+/// The engine the shim compiles with: the runtime's configuration without instance
+/// pooling (no address space reserved for instances it never runs).
+pub fn compile_engine() -> anyhow::Result<&'static Engine> {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    let e = crate::runtime::new_engine(false, None)?;
+    Ok(ENGINE.get_or_init(|| e))
+}
+
+/// Creates `dir` (and parents) and makes it `0700`, so only its owner (root, on a node)
+/// can list or write entries; the mode is restored if someone loosened it.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let md = std::fs::symlink_metadata(dir).with_context(|| format!("stat {}", dir.display()))?;
+    anyhow::ensure!(
+        md.is_dir(),
+        "compile cache {} is not a directory (a link or file is in the way)",
+        dir.display()
+    );
+    if md.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("chmod 0700 {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO: &str = r#"(component
+        (core module $m (func (export "f") (result i32) i32.const 42))
+        (core instance $i (instantiate $m))
+        (func (export "f") (result s32) (canon lift (core func $i "f")))
+    )"#;
+
+    #[test]
+    fn precompiled_entries_load_in_the_pooling_engine() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("cache");
+        let wasm = wat::parse_str(HELLO).unwrap();
+        let cache = CompileCache::new(&dir);
+        let (path, outcome) = cache.precompile(&wasm, "hello").unwrap();
+        assert_eq!(outcome, Outcome::Miss);
+        assert_eq!(cache.precompile(&wasm, "hello").unwrap().1, Outcome::Hit);
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        let pooling = crate::runtime::new_engine(true, Some(64 << 20)).unwrap();
+        assert_eq!(
+            engine_key(&pooling),
+            engine_key(compile_engine().unwrap()),
+            "pooling changes the compatibility hash: the shim's entries would never hit"
+        );
+        assert_eq!(path, cache.entry_path(&pooling, &wasm));
+        // A read-only view of the directory (as a container gets) hits and never writes.
+        let ro = CompileCache::read_only(&dir);
+        let (_, o) = ro.load_or_compile(&pooling, &wasm, "hello").unwrap();
+        assert_eq!(o, Outcome::Hit);
+        std::fs::remove_file(&path).unwrap();
+        let (_, o) = ro.load_or_compile(&pooling, &wasm, "hello").unwrap();
+        assert_eq!(o, Outcome::Miss);
+        assert!(!path.exists(), "a read-only cache stored an entry");
+        assert!(ro.precompile(&wasm, "hello").is_err());
+        let e = cache.precompile(b"\0asm junk", "bad").unwrap_err();
+        assert!(format!("{e:#}").contains("component `bad`"), "{e:#}");
+    }
+
+    #[test]
+    fn from_env_reads_the_read_only_flag() {
+        let env = |ro: &str| {
+            vec![
+                (DIR_ENV.to_string(), "/x".to_string()),
+                (READONLY_ENV.to_string(), ro.to_string()),
+            ]
+        };
+        assert!(CompileCache::from_env(&env("1")).is_read_only());
+        assert!(!CompileCache::from_env(&env("0")).is_read_only());
+        assert_eq!(CompileCache::from_env(&env("1")).dir(), Path::new("/x"));
     }
 }

@@ -158,7 +158,9 @@ pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'sta
     Ok(engine)
 }
 
-fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
+/// An engine with the runtime's configuration; `pooling` only changes how instances are
+/// allocated, never the compiled code (so both produce interchangeable artifacts).
+pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
@@ -397,33 +399,12 @@ fn compile(
     bytes: &[u8],
     id: &str,
 ) -> anyhow::Result<(WasmComponent, Outcome)> {
-    let module = crate::componentize::is_core_module(bytes);
-    if module {
-        tracing::info!(
-            component = id,
-            "core module (wasip1): componentizing with the preview1 adapter"
-        );
-    }
-    match (cache, module) {
-        (Some(cache), false) => cache.load_or_compile(engine, bytes, id),
-        (Some(cache), true) => {
-            cache.load_or_compile_converted(engine, bytes, "p1-reactor", id, |m| {
-                crate::componentize::componentize(m, id)
-            })
-        }
-        (None, _) => {
-            let converted;
-            let wasm = if module {
-                converted = crate::componentize::componentize(bytes, id)?;
-                &converted[..]
-            } else {
-                bytes
-            };
-            let c = WasmComponent::new(engine, wasm)
-                .map_err(anyhow::Error::from)
-                .with_context(|| format!("component `{id}` is not a valid Wasm component"))?;
-            Ok((c, Outcome::Miss))
-        }
+    match cache {
+        Some(cache) => cache.load_or_compile(engine, bytes, id),
+        None => Ok((
+            crate::compile_cache::compile_component(engine, bytes, id)?,
+            Outcome::Miss,
+        )),
     }
 }
 
@@ -476,6 +457,12 @@ fn prepare_files(
                 source,
                 destination,
             } => {
+                if destination.split('/').any(|s| s == "..") {
+                    bail!(
+                        "component `{}`: file destination `{destination}` must not contain `..`",
+                        component.id
+                    );
+                }
                 let guest = if destination.is_empty() {
                     "/"
                 } else {

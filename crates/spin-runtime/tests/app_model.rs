@@ -217,6 +217,18 @@ fn manifest_errors_name_file_key_and_reason() {
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [\"../outside/*\"]\n",
             &["component.c.files", "inside"],
         ),
+        (
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"/etc\", destination = \"/etc\" }]\n",
+            &["component.c.files", "source `/etc`", "stays inside"],
+        ),
+        (
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"../..\", destination = \"/up\" }]\n",
+            &["component.c.files", "source `../..`", "stays inside"],
+        ),
+        (
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [{ source = \"c.wasm\", destination = \"/a/../../b\" }]\n",
+            &["component.c.files", "destination `/a/../../b`", "`..`"],
+        ),
         ("this is = not toml = at all", &["invalid TOML"]),
         (
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c_1\"\n[component.c_1]\nsource = \"c.wasm\"\n",

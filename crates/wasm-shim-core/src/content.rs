@@ -12,7 +12,10 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::confined::Dir;
 use crate::error::ShimError;
+pub use crate::untrusted::digest_hex;
+use crate::untrusted::{BlobWriter, Budget, MAX_JSON_BYTES};
 
 /// Config media type of Wasm OCI artifacts (`application/vnd.wasm.config.v0+json`).
 pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
@@ -192,12 +195,34 @@ impl Containerd {
             .with_context(|| format!("containerd: image {name} has no target descriptor"))
     }
 
-    /// The blob `digest` from the content service, verified against its sha256.
-    /// `what` names the blob for errors (e.g. "layer 2 of image x").
-    pub async fn read_blob(&self, digest: &str, what: &str) -> anyhow::Result<Vec<u8>> {
-        let Some(hex_digest) = digest.strip_prefix("sha256:") else {
-            bail!("{what}: digest {digest:?} is not a sha256 digest");
-        };
+    /// The blob `digest` from the content service, verified against its sha256, at most
+    /// `max` bytes (more fails naming `what`). `what` names the blob for errors (e.g.
+    /// "layer 2 of image x").
+    pub async fn read_blob(&self, digest: &str, max: u64, what: &str) -> anyhow::Result<Vec<u8>> {
+        let hex_digest = digest_hex(digest).with_context(|| what.to_string())?;
+        let mut data = Vec::new();
+        self.stream_blob(digest, what, |chunk| {
+            if (data.len() + chunk.len()) as u64 > max {
+                bail!("{what}: content {digest} is over {max} bytes; refused");
+            }
+            data.extend_from_slice(chunk);
+            Ok(())
+        })
+        .await?;
+        verify(&data, hex_digest, what)?;
+        Ok(data)
+    }
+
+    /// Streams the blob `digest` (checked with [`digest_hex`]) from the content service
+    /// to `sink`, chunk by chunk as containerd sends it; the sink checks size and digest.
+    /// `what` names the blob for errors.
+    pub async fn stream_blob(
+        &self,
+        digest: &str,
+        what: &str,
+        mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        digest_hex(digest).with_context(|| what.to_string())?;
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         grpc.ready()
             .await
@@ -230,11 +255,48 @@ impl Containerd {
             .await
             .map_err(missing)?
             .into_inner();
-        let mut data = Vec::new();
         while let Some(chunk) = stream.message().await.map_err(missing)? {
-            data.extend_from_slice(&chunk.data);
+            sink(&chunk.data)?;
         }
-        verify(&data, hex_digest, what)?;
+        Ok(())
+    }
+
+    /// Streams blob `desc` into `dir` as `<hex>`, its size checked against the
+    /// descriptor as it arrives and its sha256 before it gets its name, accounted in
+    /// `budget` (see [`BlobWriter`]).
+    pub async fn write_blob(
+        &self,
+        desc: &Descriptor,
+        dir: &Dir,
+        budget: &mut Budget,
+        what: &str,
+    ) -> anyhow::Result<()> {
+        let mut w = BlobWriter::new(dir, &desc.digest, desc.size, what)?;
+        self.stream_blob(&desc.digest, what, |chunk| w.write(chunk, budget))
+            .await?;
+        w.finish()?;
+        Ok(())
+    }
+
+    /// A JSON document (index, manifest, config) of at most [`MAX_JSON_BYTES`], its size
+    /// and digest checked against `desc`.
+    async fn read_document(&self, desc: &Descriptor, what: &str) -> anyhow::Result<Vec<u8>> {
+        if desc.size < 0 || desc.size as u64 > MAX_JSON_BYTES {
+            bail!(
+                "{what}: {} states {} bytes; JSON documents over {MAX_JSON_BYTES} bytes are refused",
+                desc.digest,
+                desc.size
+            );
+        }
+        let data = self.read_blob(&desc.digest, desc.size as u64, what).await?;
+        if data.len() as i64 != desc.size {
+            bail!(
+                "{what}: content {} has {} bytes, its descriptor states {}; the image is corrupt",
+                desc.digest,
+                data.len(),
+                desc.size
+            );
+        }
         Ok(data)
     }
 }
@@ -293,7 +355,7 @@ impl Containerd {
         check_digest(&target.digest, &what("the image target"))?;
         let mut manifest_desc = target.clone();
         let mut manifest_bytes = cd
-            .read_blob(&target.digest, &what("the manifest or index"))
+            .read_document(&target, &what("the manifest or index"))
             .await?;
         let mut doc = read_image_document(&manifest_bytes, &what("the manifest or index"))?;
         if let ImageDocument::Index(pick) = doc {
@@ -302,7 +364,7 @@ impl Containerd {
             };
             manifest_desc = pick;
             manifest_bytes = cd
-                .read_blob(&manifest_desc.digest, &what("the Wasm manifest"))
+                .read_document(&manifest_desc, &what("the Wasm manifest"))
                 .await?;
             doc = read_image_document(&manifest_bytes, &what("the Wasm manifest"))?;
         }
@@ -314,7 +376,7 @@ impl Containerd {
             );
         };
         let config_mt = config.media_type.as_str();
-        let config_bytes = cd.read_blob(&config.digest, &what("the config")).await?;
+        let config_bytes = cd.read_document(&config, &what("the config")).await?;
         let config_json: serde_json::Value =
             serde_json::from_slice(&config_bytes).unwrap_or_default();
         if config_mt != MEDIA_TYPE_WASM_CONFIG && config_json["architecture"] != "wasm" {
@@ -360,10 +422,14 @@ pub fn read_image_document(bytes: &[u8], what: &str) -> anyhow::Result<ImageDocu
             serde_json::Value::String(s) => s.clone(),
             other => bail!("{what}: {entry} has mediaType {other}, not a string"),
         };
+        let size = v["size"]
+            .as_i64()
+            .filter(|s| *s >= 0)
+            .with_context(|| format!("{what}: {entry} has no valid `size`"))?;
         Ok(Descriptor {
             media_type,
             digest: digest.to_string(),
-            size: v["size"].as_i64().unwrap_or_default(),
+            size,
         })
     };
     if let Some(entries) = doc.get("manifests") {
@@ -400,14 +466,7 @@ pub fn read_image_document(bytes: &[u8], what: &str) -> anyhow::Result<ImageDocu
 
 /// Checks that `digest` is `sha256:` and 64 lower-case hex digits.
 fn check_digest(digest: &str, what: &str) -> anyhow::Result<()> {
-    let ok = digest.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    });
-    if !ok {
-        bail!("{what}: digest {digest:?} is not sha256: and 64 lower-case hex digits");
-    }
+    digest_hex(digest).with_context(|| what.to_string())?;
     Ok(())
 }
 
@@ -445,7 +504,7 @@ mod tests {
             ImageDocument::Index(None)
         );
         let manifest = format!(
-            r#"{{"config":{{"mediaType":"{MEDIA_TYPE_WASM_CONFIG}","digest":"{d}"}},"layers":[{{"mediaType":"application/wasm","digest":"{d}"}}]}}"#
+            r#"{{"config":{{"mediaType":"{MEDIA_TYPE_WASM_CONFIG}","digest":"{d}","size":1}},"layers":[{{"mediaType":"application/wasm","digest":"{d}","size":1}}]}}"#
         );
         let ImageDocument::Manifest { config, layers } =
             read_image_document(manifest.as_bytes(), "m").unwrap()
@@ -456,11 +515,18 @@ mod tests {
         assert_eq!(layers.len(), 1);
         // Digests become file names: anything but sha256:<64 hex> is refused, named.
         for bad in ["sha256:../../etc", "sha256:", "sha512:00", "sha256:/"] {
-            let m = format!(r#"{{"config":{{"digest":"{d}"}},"layers":[{{"digest":"{bad}"}}]}}"#);
+            let m = format!(
+                r#"{{"config":{{"digest":"{d}","size":1}},"layers":[{{"digest":"{bad}","size":1}}]}}"#
+            );
             let e = read_image_document(m.as_bytes(), "the manifest").unwrap_err();
             let e = format!("{e:#}");
             assert!(e.contains("layers[0]") && e.contains(bad), "{e}");
         }
+        // Sizes bound every read: a descriptor without one is refused, named.
+        let m =
+            format!(r#"{{"config":{{"digest":"{d}","size":1}},"layers":[{{"digest":"{d}"}}]}}"#);
+        let e = format!("{:#}", read_image_document(m.as_bytes(), "m").unwrap_err());
+        assert!(e.contains("layers[0]") && e.contains("size"), "{e}");
         assert!(read_image_document(b"{\"manifests\":{}}", "i").is_err());
         assert!(read_image_document(b"[]", "m").is_err());
     }

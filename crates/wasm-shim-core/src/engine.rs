@@ -7,8 +7,8 @@
 //!
 //! An engine takes part twice per container:
 //! - [`Engine::prepare`] in Create, in the shim's tokio process before the container exists:
-//!   it may fetch content from containerd ([`crate::content`]), write into the rootfs and
-//!   add mounts or env to the spec;
+//!   it may fetch content from containerd ([`crate::content`]), write below the
+//!   container's state root and add mounts or env to the spec;
 //! - [`Engine::can_handle`] and [`Engine::run`] in the container's init process, after
 //!   pivot_root (the first engine that can handle the entrypoint runs it).
 
@@ -101,8 +101,12 @@ pub struct Prepare<'a> {
     pub namespace: &'a str,
     /// The bundle directory.
     pub bundle: &'a Path,
-    /// The container's rootfs on the host (mounted).
+    /// The container's rootfs on the host (mounted). Its content (links included) is the
+    /// image's: read it through [`crate::confined::Dir`], never write into it.
     pub rootfs: &'a Path,
+    /// The container's shim-owned state directory (root only, removed on delete): where an
+    /// engine keeps what it materialises for the container.
+    pub state_root: &'a Path,
     /// The spec youki will read (saved by the shim after every engine prepared).
     pub spec: &'a mut Spec,
     /// containerd's gRPC address (the shim's `-address`), empty if containerd gave none.

@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod confined;
 pub mod content;
 pub mod engine;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod shim;
 pub mod start_options;
 pub mod state;
 pub mod stdio;
+pub mod untrusted;
 pub mod wasi;
 pub mod zygote;
 

@@ -439,7 +439,12 @@ state = "{state}"
 
     /// [`Containerd::ctr_ok`] in containerd namespace `ns` (CRI uses `k8s.io`).
     pub fn ctr_ok_in(&self, ns: &str, args: &[&str]) -> Result<String> {
-        let out = output_with_timeout(self.ctr_ns(ns).args(args), Duration::from_secs(60))?;
+        self.ctr_ok_in_within(ns, args, Duration::from_secs(60))
+    }
+
+    /// [`Containerd::ctr_ok_in`] with its own timeout.
+    pub fn ctr_ok_in_within(&self, ns: &str, args: &[&str], timeout: Duration) -> Result<String> {
+        let out = output_with_timeout(self.ctr_ns(ns).args(args), timeout)?;
         if !out.status.success() {
             bail!(
                 "ctr {} failed ({}): {}\ncontainerd log tail:\n{}",
@@ -741,7 +746,9 @@ impl Containerd {
         ];
         args.extend(extra.iter().map(String::as_str));
         args.extend([image, &app.id, "/"]);
-        self.ctr_ok(&args)?;
+        // Create compiles the app in the shim: a large component on a loaded machine can
+        // take more than the usual minute.
+        self.ctr_ok_in_within(NAMESPACE, &args, Duration::from_secs(300))?;
         self.wait_task_status(&app.id, "RUNNING", Duration::from_secs(30))?;
         Ok(app)
     }

@@ -276,13 +276,16 @@ fn broken_artifacts(c: &Containerd, dir: &Path) -> Result<()> {
 }
 
 /// Cache entries (name, mtime) of `dir`.
-fn cache_entries(dir: &Path) -> Result<Vec<(String, std::time::SystemTime)>> {
+/// The cache's entries by name and inode: a recompiled entry is a new file (written
+/// aside and renamed), while a hit only touches the entry's mtime (eviction order).
+fn cache_entries(dir: &Path) -> Result<Vec<(String, u64)>> {
+    use std::os::unix::fs::MetadataExt;
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
         if name.ends_with(".cwasm") {
-            v.push((name, e.metadata()?.modified()?));
+            v.push((name, e.metadata()?.ino()));
         }
     }
     v.sort();

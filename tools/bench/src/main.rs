@@ -411,8 +411,9 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
         b.report,
         "\n## 1. Cold start (RunPodSandbox + CreateContainer + StartContainer -> first HTTP 200)\n\n\
          {runs} runs per row, each a fresh pod (pod cgroups, sandbox, container). Compile cache: \
-         the shim bind-mounts its host cache (`SPIN_SHIM_COMPILE_CACHE_DIR` in the shim's \
-         environment, here `target/bench/compile-cache`) into each Spin container: `empty` = \
+         the shim compiles each app into its host cache (`SPIN_SHIM_COMPILE_CACHE_DIR` in the \
+         shim's environment, here `target/bench/compile-cache`) before the container starts \
+         and binds the container's own entries read-only: `empty` = \
          that directory emptied before each run (checked to be filled again after it), `warm` = \
          kept, primed by one unmeasured start.\n\n\
          | server | cache | median ms | min | max | ratio ours/native |\n|---|---|---|---|---|---|"

@@ -55,7 +55,8 @@ impl Service {
             }
             std::fs::create_dir_all(&persisted.state_root)?;
             persisted.save(&bundle)?;
-            self.prepare_engines(&req.id, &bundle, &mut spec).await?;
+            self.prepare_engines(&req.id, &bundle, &persisted.state_root, &mut spec)
+                .await?;
             // The one write of config.json per Create: placement and engines' changes.
             spec.save(bundle.join("config.json"))
                 .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))?;
@@ -106,6 +107,7 @@ impl Service {
         &self,
         id: &str,
         bundle: &Path,
+        state_root: &Path,
         spec: &mut libcontainer::oci_spec::runtime::Spec,
     ) -> anyhow::Result<()> {
         let root = spec
@@ -124,6 +126,7 @@ impl Service {
                 namespace: &self.inner.namespace,
                 bundle,
                 rootfs: &rootfs,
+                state_root,
                 spec: &mut *spec,
                 containerd_address: &address,
             };

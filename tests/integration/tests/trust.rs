@@ -1,0 +1,598 @@
+//! The trust boundary, tried as an attacker would: hostile images built with
+//! `oci_image_builder::hostile`, run through `ctr run --runtime io.containerd.spin.v2` on a
+//! private containerd 1.7. Each must fail Create cleanly (error naming the rule) or meet a
+//! denied access; a canary directory on the host stays empty; nothing is left in the shim's
+//! state dir; the shim's peak RSS stays bounded (printed). Also: a container sees only its
+//! own compiled components, read-only, and a JS-sized component starts under a 128 MiB
+//! memory limit with an empty compile cache (compiled in the shim).
+//! Run as root: `cargo test --release -p integration --test trust -- --nocapture`.
+
+use anyhow::{bail, ensure, Context, Result};
+use integration::{workspace_root, CgroupMode, Containerd, ContainerdVersion};
+use oci_image_builder::hostile::{self, RawEntry};
+use oci_image_builder::spin::{self, FileLayout, MEDIA_TYPE_ARCHIVE_LAYER, MEDIA_TYPE_DATA_LAYER};
+use oci_image_builder::{Image, TarTree};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A private containerd whose shims use test-private state, cache and limits.
+struct Node {
+    c: Containerd,
+    dir: tempfile::TempDir,
+    canary: PathBuf,
+    cache: PathBuf,
+    state: PathBuf,
+}
+
+impl Node {
+    fn start(env: &[(&str, String)]) -> Result<Node> {
+        integration::require_shim()?;
+        let dir = tempfile::Builder::new()
+            .prefix("trust-")
+            .tempdir_in("/tmp")?;
+        let canary = dir.path().join("canary");
+        let cache = dir.path().join("cache");
+        let state = dir.path().join("st");
+        std::fs::create_dir_all(&canary)?;
+        std::fs::create_dir_all(&state)?;
+        // The shim inherits containerd's environment.
+        let mut vars: Vec<(String, String)> = vec![
+            (
+                "SPIN_SHIM_COMPILE_CACHE_DIR".into(),
+                cache.display().to_string(),
+            ),
+            ("SPIN_SHIM_STATE_DIR".into(), state.display().to_string()),
+        ];
+        vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        for (k, v) in &vars {
+            std::env::set_var(k, v);
+        }
+        let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host);
+        for (k, _) in &vars {
+            std::env::remove_var(k);
+        }
+        Ok(Node {
+            c: c?,
+            dir,
+            canary,
+            cache,
+            state,
+        })
+    }
+
+    fn import(&self, img: &Image) -> Result<()> {
+        let tar = self
+            .dir
+            .path()
+            .join(format!("{}.tar", img.name.replace(['/', ':'], "_")));
+        img.write_archive(&tar)?;
+        self.c.import(&tar, true)?;
+        std::fs::remove_file(&tar)?;
+        Ok(())
+    }
+
+    /// Imports and runs `img`, which must fail Create with an error naming every `want`;
+    /// checks the canary and the state dir stay empty. Returns the shim's peak RSS (KiB).
+    fn expect_refused(&self, img: &Image, wants: &[&str]) -> Result<u64> {
+        self.import(img)?;
+        let rss = RssSampler::start(&self.c);
+        let r = self.c.run_spin_app(&img.name, &[]);
+        let e = match r {
+            Ok(_app) => bail!("{} was created, but it is hostile", img.name),
+            Err(e) => format!("{e:#}"),
+        };
+        let peak = rss.stop();
+        for w in wants {
+            ensure!(
+                e.contains(w),
+                "the error for {} does not name {w:?}: {e}",
+                img.name
+            );
+        }
+        self.check_clean(&img.name)?;
+        println!("{}: refused ({} KiB shim peak RSS)", img.name, peak);
+        Ok(peak)
+    }
+
+    fn check_clean(&self, what: &str) -> Result<()> {
+        let canary: Vec<_> = std::fs::read_dir(&self.canary)?.collect();
+        ensure!(
+            canary.is_empty(),
+            "{what}: the host canary {} is not empty: {canary:?}",
+            self.canary.display()
+        );
+        let left = integration::wait_for(Duration::from_secs(10), || {
+            let n = std::fs::read_dir(&self.state).ok()?.count();
+            (n == 0).then_some(())
+        });
+        ensure!(
+            left.is_some(),
+            "{what}: the shim left state in {}: {:?}",
+            self.state.display(),
+            std::fs::read_dir(&self.state)?.collect::<Vec<_>>()
+        );
+        Ok(())
+    }
+}
+
+/// Samples the peak RSS (VmHWM) of this containerd's shims while it runs.
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn vm_kib(pid: i32, key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+impl RssSampler {
+    fn start(c: &Containerd) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let sock = c.socket();
+        let (s, p) = (stop.clone(), peak.clone());
+        let thread = std::thread::spawn(move || {
+            let sock = sock.to_string_lossy().into_owned();
+            // Bounded: at most 10 minutes of 20 ms samples.
+            for _ in 0..30_000 {
+                for pid in shim_pids(&sock) {
+                    if let Some(k) = vm_kib(pid, "VmHWM:") {
+                        p.fetch_max(k, Ordering::Relaxed);
+                    }
+                }
+                if s.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        RssSampler {
+            stop,
+            peak,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// Pids of shim server processes whose `-address` is `sock` (not `start` or `delete`).
+fn shim_pids(sock: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args
+            .first()
+            .is_some_and(|a| a.contains("containerd-shim-spin"))
+            && args.windows(2).any(|w| w[0] == "-address" && w[1] == sock)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn app(name: &str) -> PathBuf {
+    workspace_root().join("tests/apps").join(name)
+}
+
+fn hello(tag: &str) -> Result<Image> {
+    spin::artifact_image(
+        &format!("docker.io/library/trust-hello:{tag}"),
+        &app("spin-hello"),
+        FileLayout::Simple,
+    )
+}
+
+/// The component digest of the hello artifact (its first layer).
+fn component_digest(img: &Image) -> String {
+    img.layers[0].digest()
+}
+
+fn set_source_digest(img: &mut Image, digest: &str) -> Result<()> {
+    let d = digest.to_string();
+    hostile::edit_lock(img, move |l| {
+        l["components"][0]["source"]["digest"] = serde_json::Value::String(d);
+    })
+}
+
+#[test]
+fn hostile_images_are_refused_and_never_reach_the_node() {
+    let Some(_s) = integration::root_test("hostile_images_are_refused_and_never_reach_the_node")
+    else {
+        return;
+    };
+    let r = (|| {
+        let n = Node::start(&[])?;
+        let canary = n.canary.display().to_string();
+        let mut peaks = Vec::new();
+
+        // 1. A planted `.spin-app -> <host dir>` symlink in an ordinary tar layer next to
+        // the artifact layers, and a real `.spin-app/` holding links.
+        let mut img = hello("symlinked-app-dir")?;
+        let mut t = TarTree::new();
+        t.add_symlink(".spin-app", &canary)?;
+        hostile::plant_rootfs_layer(&mut img, &t)?;
+        peaks.push(n.expect_refused(&img, &["/.spin-app", "reserves"])?);
+        let mut img = hello("links-in-app-dir")?;
+        let mut t = TarTree::new();
+        t.add_dir(".spin-app")?;
+        t.add_symlink(".spin-app/blobs", &canary)?;
+        t.add_symlink(".spin-app/locked.json", &format!("{canary}/locked.json"))?;
+        hostile::plant_rootfs_layer(&mut img, &t)?;
+        peaks.push(n.expect_refused(&img, &["/.spin-app", "reserves"])?);
+
+        // 2. Archive layers with entries that would leave the archive.
+        let archive = |tag: &str, entries: Vec<RawEntry>| -> Result<Image> {
+            let mut img = hello(tag)?;
+            hostile::add_layer(
+                &mut img,
+                MEDIA_TYPE_ARCHIVE_LAYER,
+                hostile::gzip(&hostile::raw_tar(&entries)?)?,
+            );
+            Ok(img)
+        };
+        let cases = [
+            (
+                "tar-dotdot",
+                vec![RawEntry::File(
+                    format!("../../../../../..{canary}/x"),
+                    b"x".to_vec(),
+                )],
+                "contains `..`",
+            ),
+            (
+                "tar-absolute",
+                vec![RawEntry::File(format!("{canary}/x"), b"x".to_vec())],
+                "absolute path",
+            ),
+            (
+                "tar-symlink",
+                vec![
+                    RawEntry::Symlink("static".into(), canary.clone()),
+                    RawEntry::File("static/x".into(), b"x".to_vec()),
+                ],
+                "symbolic link",
+            ),
+            (
+                "tar-hardlink",
+                vec![RawEntry::HardLink("passwd".into(), "/etc/passwd".into())],
+                "hard link",
+            ),
+            (
+                "tar-device",
+                vec![RawEntry::CharDevice("null".into())],
+                "not a regular file",
+            ),
+        ];
+        for (tag, entries, want) in cases {
+            let img = archive(tag, entries)?;
+            peaks.push(n.expect_refused(&img, &["archive", want])?);
+        }
+
+        // 3. A gzip bomb: a few MiB that inflate to 16 x 256 MiB, against the default
+        // 1 GiB cap (the first 1 GiB really is inflated before the cap stops it).
+        let mut img = hello("gzip-bomb")?;
+        let bomb = hostile::gzip_bomb("zeros", 16, 256 << 20)?;
+        println!("gzip bomb: {} bytes compressed, 4 GiB inflated", bomb.len());
+        hostile::add_layer(&mut img, MEDIA_TYPE_ARCHIVE_LAYER, bomb);
+        let bomb_peak = n.expect_refused(
+            &img,
+            &["limit of 1073741824 bytes", "SPIN_SHIM_MAX_APP_BYTES"],
+        )?;
+        println!("gzip bomb: shim peak RSS {bomb_peak} KiB");
+        ensure!(
+            bomb_peak < 200 << 10,
+            "the shim's RSS reached {bomb_peak} KiB inflating the bomb"
+        );
+
+        // 4. Digests that are paths, and a digest the manifest does not list.
+        for (tag, d) in [
+            ("digest-slash", "sha256:/"),
+            ("digest-dotdot", "sha256:../x"),
+        ] {
+            let mut img = hello(tag)?;
+            set_source_digest(&mut img, d)?;
+            peaks.push(n.expect_refused(&img, &[d, "sha256:<64"])?);
+        }
+        // Another image's private layer is in the namespace's content store.
+        let other = spin::artifact_image(
+            "docker.io/library/trust-other:private",
+            &app("spin-cpu"),
+            FileLayout::Simple,
+        )?;
+        n.import(&other)?;
+        let private = component_digest(&other);
+        let mut img = hello("unlisted-digest")?;
+        set_source_digest(&mut img, &private)?;
+        peaks.push(n.expect_refused(&img, &[&private, "lists no such layer"])?);
+
+        // 5. spin.toml `files` sources outside the app (spin-in-container form).
+        for (tag, files) in [
+            (
+                "files-absolute",
+                r#"files = [{ source = "/etc", destination = "/etc" }]"#,
+            ),
+            (
+                "files-dotdot",
+                r#"files = [{ source = "../..", destination = "/up" }]"#,
+            ),
+        ] {
+            let wasm = std::fs::read(integration::guest_apps_dir().join("spin_hello.wasm"))?;
+            let mut t = TarTree::new();
+            t.add_file("hello.wasm", wasm, 0o644)?;
+            t.add_file(
+                "spin.toml",
+                format!(
+                    "spin_manifest_version = 2\n[application]\nname = \"x\"\n[[trigger.http]]\nroute = \"/...\"\ncomponent = \"c\"\n[component.c]\nsource = \"hello.wasm\"\n{files}\n"
+                )
+                .into_bytes(),
+                0o644,
+            )?;
+            let img = oci_image_builder::rootfs_image(
+                &format!("docker.io/library/trust-hello:{tag}"),
+                t,
+                &oci_image_builder::ProcessConfig {
+                    cmd: vec!["/".into()],
+                    ..Default::default()
+                },
+            )?;
+            let tar = n.dir.path().join(format!("{tag}.tar"));
+            img.write_archive(&tar)?;
+            n.c.import(&tar, false)?;
+            let e = match n.c.run_spin_app(&img.name, &[]) {
+                Ok(_) => bail!("{tag}: created"),
+                Err(e) => format!("{e:#}"),
+            };
+            ensure!(
+                e.contains("component.c.files") && e.contains("stays inside"),
+                "{tag}: {e}"
+            );
+            n.check_clean(tag)?;
+        }
+
+        // The node's cache holds only what the shim compiled, and is root-only.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&n.cache)?.permissions().mode() & 0o777;
+        ensure!(mode == 0o700, "compile cache mode {mode:o}, want 700");
+        println!(
+            "hostile images: {} refused; shim peak RSS max {} KiB",
+            peaks.len() + 3,
+            peaks.iter().max().copied().unwrap_or(0).max(bomb_peak)
+        );
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn large_layers_stream_through_the_shim() {
+    let Some(_s) = integration::root_test("large_layers_stream_through_the_shim") else {
+        return;
+    };
+    let r = (|| {
+        let n = Node::start(&[])?;
+        // A 512 MiB data layer: materialised (to the shim's own dir) without being held.
+        let mut img = hello("large-layer")?;
+        let size = 512usize << 20;
+        let mut data = vec![0u8; size];
+        for (i, b) in data.iter_mut().enumerate() {
+            *b = (i.wrapping_mul(2654435761) >> 13) as u8;
+        }
+        hostile::add_layer(&mut img, MEDIA_TYPE_DATA_LAYER, data);
+        n.import(&img)?;
+        let rss = RssSampler::start(&n.c);
+        let app = n.c.run_spin_app(&img.name, &[])?;
+        let peak = rss.stop();
+        let (st, body) = app.get("/hello")?;
+        ensure!(st == 200 && body.contains("component=hello"), "{st} {body}");
+        println!("large layer: 512 MiB layer, shim peak RSS {peak} KiB");
+        ensure!(
+            peak < (size as u64 >> 10) / 2,
+            "the shim's RSS reached {peak} KiB for a {size}-byte layer: it is not streamed"
+        );
+        drop(app);
+        n.check_clean("large-layer")
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Writing `path` (through the container's root, as a process sharing its pid namespace
+/// would) must be refused.
+fn expect_read_only(path: &Path) -> Result<()> {
+    let w = std::fs::OpenOptions::new().write(true).open(path);
+    ensure!(w.is_err(), "{} is writable", path.display());
+    let e = w.unwrap_err();
+    ensure!(
+        e.kind() == std::io::ErrorKind::ReadOnlyFilesystem,
+        "{}: {e} (want EROFS)",
+        path.display()
+    );
+    Ok(())
+}
+
+#[test]
+fn containers_see_only_their_own_compiled_components_read_only() {
+    let Some(_s) =
+        integration::root_test("containers_see_only_their_own_compiled_components_read_only")
+    else {
+        return;
+    };
+    let r = (|| {
+        let n = Node::start(&[])?;
+        let hello_img = hello("cache")?;
+        n.import(&hello_img)?;
+        let cpu = spin::artifact_image(
+            "docker.io/library/trust-cpu:cache",
+            &app("spin-cpu"),
+            FileLayout::Simple,
+        )?;
+        n.import(&cpu)?;
+        let a = n.c.run_spin_app(&hello_img.name, &[])?;
+        let b = n.c.run_spin_app(&cpu.name, &[])?;
+        ensure!(a.get("/hello")?.0 == 200 && b.get("/?n=10")?.0 == 200);
+        let entries = |id: &str| -> Result<Vec<String>> {
+            let pid = n.c.task_pid(id).context("task pid")?;
+            let dir = PathBuf::from(format!("/proc/{pid}/root/.spin-app/compiled"));
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .with_context(|| dir.display().to_string())?
+                .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<_>>()?;
+            v.sort();
+            Ok(v)
+        };
+        let (ea, eb) = (entries(&a.id)?, entries(&b.id)?);
+        let hello_hex = &component_digest(&hello_img)[7..];
+        let cpu_hex = &component_digest(&cpu)[7..];
+        ensure!(
+            ea.len() == 1 && ea[0].starts_with(hello_hex),
+            "hello sees {ea:?}"
+        );
+        ensure!(
+            eb.len() == 1 && eb[0].starts_with(cpu_hex),
+            "cpu sees {eb:?}"
+        );
+        // The guest's host process (or a native sidecar through /proc/<pid>/root) cannot
+        // change what it loads, nor the app.
+        let pid = n.c.task_pid(&a.id).context("pid")?;
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        expect_read_only(&root.join(".spin-app/compiled").join(&ea[0]))?;
+        expect_read_only(&root.join(".spin-app/locked.json"))?;
+        let planted = std::fs::write(root.join(".spin-app/compiled/planted.cwasm"), b"x");
+        ensure!(planted.is_err(), "a new entry could be planted");
+        ensure!(
+            !root.join(".spin-compile-cache").exists(),
+            "the node's cache is still mounted into containers"
+        );
+        // The host cache holds both entries; neither container can see the other's.
+        let host: Vec<_> = std::fs::read_dir(&n.cache)?
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".cwasm"))
+            .collect();
+        ensure!(host.len() == 2, "host cache {host:?}");
+        drop((a, b));
+        // State cannot be put in the cache: a key-value store there fails to open.
+        let kv = spin::artifact_image(
+            "docker.io/library/trust-kv:state",
+            &app("spin-kv"),
+            FileLayout::Simple,
+        )?;
+        n.import(&kv)?;
+        let rc = app("spin-kv").join("runtime-config.toml");
+        let r = n.c.run_spin_app(
+            &kv.name,
+            &[
+                "--env".into(),
+                "SPIN_STATE_DIR=/.spin-app/compiled".into(),
+                "--mount".into(),
+                format!(
+                    "type=bind,src={},dst=/runtime-config.toml,options=rbind:ro",
+                    rc.display()
+                ),
+            ],
+        );
+        let refused = match r {
+            Err(e) => format!("create failed: {e:#}"),
+            Ok(app) => {
+                // The runtime opens the store at load: it must fail and the app exit.
+                let stopped =
+                    n.c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(60));
+                ensure!(
+                    stopped.is_ok(),
+                    "the key-value app kept running with its store in the cache"
+                );
+                let log = n.c.log_tail(40);
+                let line = log
+                    .lines()
+                    .rfind(|l| l.contains("key-value") || l.contains("sqlite"))
+                    .unwrap_or("")
+                    .to_string();
+                format!("the app exited: {line}")
+            }
+        };
+        println!("key-value store in the cache: {refused}");
+        // The cache gained the kv component's entry (the shim compiled it), nothing else.
+        let others: Vec<String> = std::fs::read_dir(&n.cache)?
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| !f.ends_with(".cwasm"))
+            .collect();
+        ensure!(
+            others.is_empty() && (refused.contains("exited") || refused.contains("create failed")),
+            "the key-value store reached the node's cache ({others:?}) or the app ran: {refused}"
+        );
+        n.check_clean("cache")
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn js_sized_component_starts_under_128_mib_with_an_empty_cache() {
+    let Some(_s) =
+        integration::root_test("js_sized_component_starts_under_128_mib_with_an_empty_cache")
+    else {
+        return;
+    };
+    let r = (|| {
+        let wasm = workspace_root().join("tests/apps/target/js/js_hello.wasm");
+        ensure!(
+            wasm.is_file(),
+            "{} is missing: run scripts/build-js-app.sh (make apps)",
+            wasm.display()
+        );
+        let n = Node::start(&[])?;
+        let img = spin::artifact_image(
+            "docker.io/library/trust-js:hello",
+            &app("js-hello"),
+            FileLayout::Simple,
+        )?;
+        println!("js component: {} bytes", std::fs::metadata(&wasm)?.len());
+        n.import(&img)?;
+        ensure!(!n.cache.exists() || std::fs::read_dir(&n.cache)?.count() == 0);
+        let rss = RssSampler::start(&n.c);
+        let started = std::time::Instant::now();
+        let app = n.c.run_spin_app(
+            &img.name,
+            &["--memory-limit".into(), (128u64 << 20).to_string()],
+        )?;
+        let (st, body) = app.get("/")?;
+        let took = started.elapsed();
+        let peak = rss.stop();
+        ensure!(st == 200 && body.contains("hello from js"), "{st} {body}");
+        let pid = n.c.task_pid(&app.id).context("pid")?;
+        let container_rss = vm_kib(pid, "VmHWM:").unwrap_or(0);
+        println!(
+            "js component under 128 MiB: first response after {:.1} s; shim peak RSS {peak} KiB (compiles it); container peak RSS {container_rss} KiB",
+            took.as_secs_f64()
+        );
+        let log = n.c.log_tail(200);
+        if let Some(l) = log.lines().find(|l| l.contains("compiled in the shim")) {
+            println!("{l}");
+        }
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
