@@ -361,13 +361,17 @@ fn cron_every_second_fires_once_per_tick_without_catch_up() {
     let redis = servers::redis();
     let app = app_from_manifest(&cron_app("ticks"));
     let address = format!("redis://{}", redis.addr());
-    let serve = Triggered::start(app.path(), &[("RECORD_ADDRESS", address)]);
+    // The container's TZ is the schedule's zone (a 1-second schedule fires alike in all).
+    let env = [("RECORD_ADDRESS", address), ("TZ", "Asia/Kolkata".into())];
+    let serve = Triggered::start(app.path(), &env);
     let started = wait_list(&redis, "ticks", |l| !l.is_empty());
     assert!(
         !started.is_empty(),
         "no tick within 30 s:\n{}",
         serve.stderr()
     );
+    let log = serve.stderr();
+    assert!(log.contains("Named(Asia/Kolkata)"), "{log}");
     let before = started.len();
     let window = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
@@ -638,4 +642,42 @@ fn bad_trigger_settings_fail_the_start_naming_them() {
             "{triggers}: expected `{needle}` in:\n{err}"
         );
     }
+}
+
+#[test]
+fn selective_deployment_keeps_the_event_triggers_of_retained_components() {
+    let manifest = r#"
+spin_manifest_version = 2
+[application]
+name = "retain"
+[application.trigger.redis]
+address = "redis://127.0.0.1:1"
+[[trigger.http]]
+route = "/..."
+component = "hello"
+[[trigger.redis]]
+channel = "orders"
+component = "recorder"
+[[trigger.cron]]
+component = "ticker"
+cron_expression = "*/10 * * * * *"
+[component.hello]
+source = "{WASM_DIR}/spin_hello.wasm"
+[component.recorder]
+source = "{WASM_DIR}/spin_redis_trigger.wasm"
+[component.ticker]
+source = "{WASM_DIR}/spin_cron_trigger.wasm"
+"#;
+    let dir = app_from_manifest(manifest);
+    let mut app = spin_runtime::App::load_manifest(&dir.path().join("spin.toml")).unwrap();
+    assert_eq!(app.event_triggers.redis[0].id, "recorder-redis-trigger");
+    app.retain_components(&["recorder".into()]).unwrap();
+    let ids: Vec<&String> = app.components.keys().collect();
+    assert_eq!(ids, ["recorder"]);
+    assert!(app.http_triggers.is_empty() && app.event_triggers.cron.is_empty());
+    assert_eq!(app.event_triggers.redis.len(), 1);
+    assert_eq!(
+        app.event_triggers.redis_settings.address,
+        "redis://127.0.0.1:1"
+    );
 }

@@ -123,15 +123,17 @@ impl Subscriber {
         let mut backoff = Backoff::new();
         let names: Vec<&str> = self.channels.keys().map(String::as_str).collect();
         while !stop.is_set() {
-            let subscribed = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let connect = tokio::time::timeout(CONNECT_TIMEOUT, async {
                 let mut pubsub = self.client.get_async_pubsub().await?;
                 for channel in &names {
                     pubsub.subscribe(*channel).await?;
                 }
                 anyhow::Ok(pubsub)
-            })
-            .await
-            .unwrap_or_else(|_| Err(anyhow!("no answer within {CONNECT_TIMEOUT:?}")));
+            });
+            let subscribed = tokio::select! {
+                r = connect => r.unwrap_or_else(|_| Err(anyhow!("no answer within {CONNECT_TIMEOUT:?}"))),
+                _ = stop.wait() => return,
+            };
             match subscribed {
                 Ok(pubsub) => {
                     backoff.reset();
