@@ -448,15 +448,11 @@ fn command_gets_the_args_and_its_exit_code_comes_out() {
     );
 }
 
-#[test]
-fn mixed_app_keeps_serving_http_and_cron_while_its_redis_is_down() {
-    let recorder = servers::redis();
-    // Nothing listens here: the Redis trigger's server is unreachable.
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let manifest = format!(
+/// HTTP (spin-hello), Redis (at `redis_address`) and a 1-second cron (recording to
+/// variable `record_address`) in one app.
+fn mixed_manifest(redis_address: &str) -> String {
+    let down = redis_address;
+    format!(
         r#"
 spin_manifest_version = 2
 [application]
@@ -485,7 +481,18 @@ allowed_outbound_hosts = ["redis://127.0.0.1:*"]
 record_address = "{{{{ record_address }}}}"
 record_key = "mixed-ticks"
 "#
-    );
+    )
+}
+
+#[test]
+fn mixed_app_keeps_serving_http_and_cron_while_its_redis_is_down() {
+    let recorder = servers::redis();
+    // Nothing listens here: the Redis trigger's server is unreachable.
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let manifest = mixed_manifest(&down.to_string());
     let app = app_from_manifest(&manifest);
     let address = format!("redis://{}", recorder.addr());
     let mut server = Server::start(app.path(), &[("RECORD_ADDRESS", address.as_str())]);
@@ -646,29 +653,8 @@ fn bad_trigger_settings_fail_the_start_naming_them() {
 
 #[test]
 fn selective_deployment_keeps_the_event_triggers_of_retained_components() {
-    let manifest = r#"
-spin_manifest_version = 2
-[application]
-name = "retain"
-[application.trigger.redis]
-address = "redis://127.0.0.1:1"
-[[trigger.http]]
-route = "/..."
-component = "hello"
-[[trigger.redis]]
-channel = "orders"
-component = "recorder"
-[[trigger.cron]]
-component = "ticker"
-cron_expression = "*/10 * * * * *"
-[component.hello]
-source = "{WASM_DIR}/spin_hello.wasm"
-[component.recorder]
-source = "{WASM_DIR}/spin_redis_trigger.wasm"
-[component.ticker]
-source = "{WASM_DIR}/spin_cron_trigger.wasm"
-"#;
-    let dir = app_from_manifest(manifest);
+    let manifest = mixed_manifest("127.0.0.1:1");
+    let dir = app_from_manifest(&manifest);
     let mut app = spin_runtime::App::load_manifest(&dir.path().join("spin.toml")).unwrap();
     assert_eq!(app.event_triggers.redis[0].id, "recorder-redis-trigger");
     app.retain_components(&["recorder".into()]).unwrap();
