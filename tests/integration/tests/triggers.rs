@@ -1,7 +1,8 @@
 //! Triggers other than HTTP through the shim (`ctr run --runtime io.containerd.spin.v2` on
 //! containerd 1.7, spin-in-container images): the Redis-triggered `spin-redis-trigger`
-//! app against a real redis-server on loopback (host network), and the `spin-command` app,
-//! whose arguments come from `ctr run` and whose exit code is `ctr run`'s.
+//! app against a real redis-server on loopback (host network), restarted mid-stream; the
+//! 1-second `spin-cron-trigger` app; and the `spin-command` app, whose arguments come from
+//! `ctr run` and whose exit code is `ctr run`'s.
 //! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
 
 #[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
@@ -27,9 +28,30 @@ fn redis_cli(server: &servers::ServerProcess, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Publishes `<prefix>0..9` on `orders`; each must be recorded once, in order.
+fn publish_and_check(redis: &servers::ServerProcess, prefix: &str) -> Result<()> {
+    let sent: Vec<String> = (0..10).map(|i| format!("{prefix}{i}")).collect();
+    for m in &sent {
+        redis_cli(redis, &["PUBLISH", "orders", m])?;
+    }
+    let got = wait_for(Duration::from_secs(30), || {
+        let out = redis_cli(redis, &["LRANGE", "seen", "0", "-1"]).ok()?;
+        let l: Vec<String> = out.lines().map(str::to_string).collect();
+        (l.len() >= sent.len()).then_some(l)
+    })
+    .context("the messages were not all handled within 30 s")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let again = redis_cli(redis, &["LLEN", "seen"])?;
+    ensure!(
+        got == sent && again == sent.len().to_string(),
+        "each message once, in order: got {got:?}, then {again} entries"
+    );
+    Ok(())
+}
+
 fn redis_app() -> Result<()> {
     require_shim()?;
-    let redis = servers::redis();
+    let mut redis = servers::redis();
     let dir = tempfile::tempdir()?;
     let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
     let name = "docker.io/library/spin-redis-trigger:test";
@@ -48,22 +70,19 @@ fn redis_app() -> Result<()> {
         "the app in the container did not subscribe to `orders`\n{}",
         c.log_tail(30)
     );
-    let sent: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
-    for m in &sent {
-        redis_cli(&redis, &["PUBLISH", "orders", m])?;
-    }
-    let got = wait_for(Duration::from_secs(30), || {
-        let out = redis_cli(&redis, &["LRANGE", "seen", "0", "-1"]).ok()?;
-        let l: Vec<String> = out.lines().map(str::to_string).collect();
-        (l.len() >= sent.len()).then_some(l)
-    })
-    .context("the messages were not all handled within 30 s")?;
-    std::thread::sleep(Duration::from_millis(500));
-    let again = redis_cli(&redis, &["LLEN", "seen"])?;
+    publish_and_check(&redis, "m")?;
+    // The server restarts (empty): the app reconnects and subscribes again.
+    redis.restart();
+    let resubscribed = wait_for(Duration::from_secs(60), || {
+        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        (out.lines().nth(1) == Some("1")).then_some(())
+    });
     ensure!(
-        got == sent && again == sent.len().to_string(),
-        "each message once, in order: got {got:?}, then {again} entries"
+        resubscribed.is_some(),
+        "the app did not subscribe again after the restart\n{}",
+        c.log_tail(30)
     );
+    publish_and_check(&redis, "n")?;
     // SIGTERM: the task stops, exit 0.
     c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
     c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
@@ -84,6 +103,47 @@ fn redis_triggered_app_through_the_shim() {
         return;
     };
     redis_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+fn cron_app() -> Result<()> {
+    require_shim()?;
+    let redis = servers::redis();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let name = "docker.io/library/spin-cron-trigger:test";
+    let tar = dir.path().join("cron.tar");
+    let app_dir = workspace_root().join("tests/apps/spin-cron-trigger");
+    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
+    c.import(&tar, false)?;
+    let env = format!("RECORD_ADDRESS=redis://{}", redis.addr());
+    let app = c.run_spin_app(name, &["--env".into(), env])?;
+    let llen = || -> Option<usize> { redis_cli(&redis, &["LLEN", "ticks"]).ok()?.parse().ok() };
+    let first = wait_for(Duration::from_secs(60), || llen().filter(|n| *n > 0))
+        .with_context(|| format!("no cron tick within 60 s\n{}", c.log_tail(30)))?;
+    std::thread::sleep(Duration::from_secs(5));
+    let fired = llen().unwrap_or(0) - first;
+    println!("cron through the shim: {fired} ticks in 5 s");
+    ensure!(
+        (4..=6).contains(&fired),
+        "a 1-second schedule for 5 s gave {fired} events"
+    );
+    let ticks = redis_cli(&redis, &["LRANGE", "ticks", "0", "-1"])?;
+    let mut seen: Vec<&str> = ticks.lines().collect();
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    ensure!(seen.len() == n, "a tick fired twice: {ticks}");
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    Ok(())
+}
+
+#[test]
+fn cron_app_through_the_shim() {
+    let Some(_s) = integration::root_test("cron_app_through_the_shim") else {
+        return;
+    };
+    cron_app().unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// `ctr run --rm` (attached) of the command app with `args`; returns ctr's exit code and
