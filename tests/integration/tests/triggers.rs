@@ -1,8 +1,9 @@
 //! Triggers other than HTTP through the shim (`ctr run --runtime io.containerd.spin.v2` on
 //! containerd 1.7, spin-in-container images): the Redis-triggered `spin-redis-trigger`
 //! app against a real redis-server on loopback (host network), restarted mid-stream; the
-//! 1-second `spin-cron-trigger` app; and the `spin-command` app, whose arguments come from
-//! `ctr run` and whose exit code is `ctr run`'s.
+//! 1-second `spin-cron-trigger` app; and the `spin-command` app (spin-in-container and
+//! Spin OCI artifact forms), whose arguments come from `ctr run` and whose exit code is
+//! `ctr run`'s.
 //! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
 
 #[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
@@ -206,6 +207,17 @@ fn command_app() -> Result<()> {
         code == Some(0),
         "a command returning from main exits 0, got {code:?}: {out}"
     );
+    // The Spin OCI artifact form (locked app in the content store): `/` and the args.
+    let artifact = "docker.io/library/spin-command:artifact";
+    let tar = dir.path().join("command-artifact.tar");
+    spin::artifact_image(artifact, &app_dir, spin::FileLayout::Simple)?.write_archive(&tar)?;
+    c.import(&tar, true)?;
+    let (code, out) = run_command(&c, artifact, &["exit-code", "4", "artifact"])?;
+    ensure!(
+        code == Some(4),
+        "artifact form: exit code 4 should reach ctr, got {code:?}: {out}"
+    );
+    ensure!(out.contains("argv=runner|exit-code|4|artifact"), "{out}");
     Ok(())
 }
 
