@@ -667,3 +667,38 @@ fn selective_deployment_keeps_the_event_triggers_of_retained_components() {
         "redis://127.0.0.1:1"
     );
 }
+
+#[test]
+fn command_trigger_runs_a_wasip1_command_module() {
+    // A plain `fn main` built for wasm32-wasip1 (no wit-bindgen world) is made a component
+    // with the preview1 command adapter, as Spin does.
+    let wasm = common::guest_apps_dir_p1().join("wasi-hello-p1.wasm");
+    assert!(
+        wasm.is_file(),
+        "{} not built: run `make apps`",
+        wasm.display()
+    );
+    let manifest = format!(
+        "spin_manifest_version = 2\n[application]\nname = \"p1-command\"\n[[trigger.command]]\ncomponent = \"runner\"\n[component.runner]\nsource = \"{}\"\n",
+        wasm.display()
+    );
+    let app = app_from_manifest(&manifest);
+    let mut run = Triggered::spawn(app.path(), &[], &["exit", "5"]);
+    let code = run.wait_exit(Duration::from_secs(120));
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run.stdout.lock().unwrap().clone();
+    assert!(
+        out.contains("arg[0]=runner") && out.contains("arg[2]=5"),
+        "{out}\n{}",
+        run.stderr()
+    );
+    // The preview1 adapter turns proc_exit(5) into wasi:cli/exit.exit(err): failure, 1.
+    assert_eq!(code, Some(1), "{}", run.stderr());
+    let mut run = Triggered::spawn(app.path(), &[], &["exit", "0"]);
+    assert_eq!(
+        run.wait_exit(Duration::from_secs(120)),
+        Some(0),
+        "{}",
+        run.stderr()
+    );
+}
