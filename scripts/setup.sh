@@ -7,7 +7,9 @@ need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-c
     # Servers the Spin host-interface tests start on loopback (never as services).
     redis-server postgresql mariadb-server mosquitto
     # componentize-py (Python SDK test apps) runs from a venv.
-    python3-venv)
+    python3-venv
+    # openssl s_server and the CLI make the TLS test server and its certificates.
+    openssl)
 # componentize-js (the JS test app) runs on node with npm; a node already installed (e.g.
 # NodeSource's, which bundles npm) is used as it is.
 command -v npm >/dev/null || need_pkgs+=(nodejs npm)

@@ -15,6 +15,7 @@
 //! binary (development, tests, benchmarks).
 
 pub mod app;
+pub mod chain;
 pub mod compile_cache;
 pub mod componentize;
 pub mod host;
@@ -53,22 +54,10 @@ pub fn run_in_container(app_dir: &Path, env: &[(String, String)]) -> anyhow::Res
     run_app(app, app_dir, env)
 }
 
-/// Like [`run_in_container`] for an app already loaded (e.g. from a locked-app JSON).
-/// `SPIN_COMPONENTS_TO_RETAIN` in `env` selects the components to serve
-/// ([`App::retain_components`]).
-pub fn run_app(app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
-    run_app_with_args(app, app_dir, env, &[])
-}
-
-/// As [`run_app`]; `args` (the container's arguments after `/`) go to a command trigger's
-/// guest, whose exit code is returned.
-pub fn run_app_with_args(
-    mut app: App,
-    app_dir: &Path,
-    env: &[(String, String)],
-    args: &[String],
-) -> anyhow::Result<i32> {
-    init_tracing(env);
+/// What spin-operator's environment asks of an app before it is served:
+/// `SPIN_COMPONENTS_TO_RETAIN` selects the components ([`App::retain_components`]), and
+/// `OTEL_EXPORTER_OTLP_*` is warned about (no exporter here).
+pub fn apply_deployment_env(app: &mut App, env: &[(String, String)]) -> anyhow::Result<()> {
     if let Some((_, v)) = env
         .iter()
         .rev()
@@ -90,6 +79,26 @@ pub fn run_app_with_args(
              logs: telemetry is not sent (unset it in the SpinApp's executor to silence this)"
         );
     }
+    Ok(())
+}
+
+/// Like [`run_in_container`] for an app already loaded (e.g. from a locked-app JSON).
+/// `SPIN_COMPONENTS_TO_RETAIN` in `env` selects the components to serve
+/// ([`App::retain_components`]).
+pub fn run_app(app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+    run_app_with_args(app, app_dir, env, &[])
+}
+
+/// As [`run_app`]; `args` (the container's arguments after `/`) go to a command trigger's
+/// guest, whose exit code is returned.
+pub fn run_app_with_args(
+    mut app: App,
+    app_dir: &Path,
+    env: &[(String, String)],
+    args: &[String],
+) -> anyhow::Result<i32> {
+    init_tracing(env);
+    apply_deployment_env(&mut app, env)?;
     let config = RuntimeConfig::from_env(app_dir, env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -218,6 +218,8 @@ pub struct LoadedApp {
     pub(crate) limits: Limits,
     /// What loading did.
     pub stats: LoadStats,
+    /// Where components reach their own app (service chaining, self requests).
+    pub(crate) chain: Arc<crate::chain::ChainSlot>,
     _staging: Vec<StagingDir>,
 }
 
@@ -247,6 +249,7 @@ impl LoadedApp {
         host::add_to_linker(&mut linker)?;
 
         let mut stats = LoadStats::default();
+        let chain = Arc::new(crate::chain::ChainSlot::default());
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
@@ -296,8 +299,9 @@ impl LoadedApp {
             };
             let (preopens, dir) = prepare_files(component, config)?;
             staging.extend(dir);
-            let host = HostState::new(component, &app, &config.host)
+            let mut host = HostState::new(component, &app, &config.host)
                 .with_context(|| format!("component `{}`", component.id))?;
+            host.chain = chain.clone();
             components.insert(
                 component.id.clone(),
                 Arc::new(PreparedComponent {
@@ -328,6 +332,7 @@ impl LoadedApp {
             max_instance_memory: config.max_instance_memory,
             limits: config.limits.clone(),
             stats,
+            chain,
             _staging: staging,
         })
     }

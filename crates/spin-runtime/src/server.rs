@@ -107,7 +107,7 @@ async fn handle(
 }
 
 /// Adds the headers Spin gives every component request.
-fn add_spin_headers(req: &mut Request<Incoming>, route: &RouteMatch, client: SocketAddr) {
+fn add_spin_headers<B>(req: &mut Request<B>, route: &RouteMatch, client: SocketAddr) {
     let host = req
         .headers()
         .get(http::header::HOST)
@@ -165,11 +165,15 @@ enum TaskEnd {
 /// response streams from the guest task. The task ends at the request deadline
 /// (`SPIN_SHIM_REQUEST_TIMEOUT`) whether or not the response has started; guest code
 /// yields at every epoch tick, so the deadline also ends a guest that never calls the host.
-async fn call_component(
+async fn call_component<B>(
     app: &LoadedApp,
     component: &crate::runtime::PreparedComponent,
-    req: Request<Incoming>,
-) -> Result<Response<HyperOutgoingBody>, CallError> {
+    req: Request<B>,
+) -> Result<Response<HyperOutgoingBody>, CallError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<wasmtime_wasi_http::Error>,
+{
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
@@ -245,6 +249,40 @@ async fn call_component(
             )),
             Err(e) => Err(anyhow!(e).into()),
         },
+    }
+}
+
+/// Client address Spin gives chained requests.
+const CHAINED_CLIENT_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
+/// A service-chaining request to `component` ([`crate::chain`]): headers as for a match of
+/// the path against a `/...` route (Spin's `RouteMatch::synthetic`), then the same call,
+/// deadline and error handling as a request from the network.
+pub(crate) async fn call_chained(
+    app: &LoadedApp,
+    component: &crate::runtime::PreparedComponent,
+    mut req: Request<HyperOutgoingBody>,
+) -> Result<Response<HyperOutgoingBody>, wasmtime_wasi_http::Error> {
+    let route = RouteMatch {
+        component: component.id.clone(),
+        static_response: None,
+        route: "/...".into(),
+        component_route: String::new(),
+        path_info: req.uri().path().to_string(),
+        captures: Vec::new(),
+    };
+    add_spin_headers(&mut req, &route, CHAINED_CLIENT_ADDR);
+    match call_component(app, component, req).await {
+        Ok(r) => Ok(r),
+        Err(CallError::Deadline) => Ok(text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout")),
+        Err(CallError::Failed(e)) => {
+            tracing::error!(component = %component.id, "chained request failed: {e:#}");
+            Ok(text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal Server Error",
+            ))
+        }
     }
 }
 
@@ -357,6 +395,7 @@ pub async fn serve(
     drain: Duration,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
+    app.chain.bind(&app, local);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let max = app.limits.max_connections;

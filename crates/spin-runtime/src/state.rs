@@ -73,7 +73,31 @@ impl WasiHttpHooks for HostState {
             > + Send,
     > {
         let _ = fut;
+        let mut request = request;
         let verdict = host::check_outbound(self, request.uri());
+        if let Some(target) = crate::chain::chaining_target(request.uri()) {
+            let chain = self.chain.clone();
+            return Box::new(async move {
+                verdict?;
+                let resp = chain.call(&target, request).await?;
+                Ok((
+                    resp,
+                    Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
+                ))
+            });
+        }
+        let verdict = match verdict {
+            Ok(()) if crate::chain::is_self_request(request.uri()) => {
+                self.chain.to_self(&mut request)
+            }
+            v => v,
+        };
+        if let Some(config) = host::client_tls_for(self, request.uri()) {
+            return Box::new(async move {
+                verdict?;
+                host::tls::send(request, options, config).await
+            });
+        }
         Box::new(async move {
             use http_body_util::BodyExt;
             verdict?;

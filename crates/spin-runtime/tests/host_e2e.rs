@@ -310,3 +310,237 @@ fn outbound_bad_pattern_fails_at_start() {
         "{stderr}"
     );
 }
+
+/// `[[variables_provider]]` of the runtime config, as Spin defines them: `static` values
+/// and an `env` provider with its own prefix and dotenv file come before the container
+/// env; Vault and Azure Key Vault are refused at start naming the section.
+#[test]
+fn runtime_config_variables_providers() {
+    let app = prepare_app("spin-variables");
+    std::fs::write(app.path().join("vars.env"), "MYAPP_GREETING=from-dotenv\n").unwrap();
+    std::fs::write(
+        app.path().join("runtime-config.toml"),
+        "[[variables_provider]]\ntype = \"static\"\nvalues = { api_token = \"static-token\" }\n\n\
+         [[variables_provider]]\ntype = \"env\"\nprefix = \"MYAPP\"\ndotenv_path = \"vars.env\"\n",
+    )
+    .unwrap();
+    let server = Server::start(app.path(), &[("API_TOKEN", "env-token")]);
+    // static beats the container env; the env provider's dotenv gives the greeting.
+    assert_eq!(server.get("/token").text(), "static-token");
+    assert_eq!(server.get("/greeting").text(), "from-dotenv");
+    drop(server);
+    // The env provider reads the container env before its dotenv file.
+    let server = Server::start(app.path(), &[("MYAPP_GREETING", "from-env")]);
+    assert_eq!(server.get("/greeting").text(), "from-env");
+    drop(server);
+
+    for (kind, name) in [
+        ("vault", "HashiCorp Vault"),
+        ("azure_key_vault", "Azure Key Vault"),
+    ] {
+        std::fs::write(
+            app.path().join("runtime-config.toml"),
+            format!("[[variables_provider]]\ntype = \"{kind}\"\nurl = \"http://127.0.0.1:1\"\n"),
+        )
+        .unwrap();
+        let e = start_failure(app.path(), &[("API_TOKEN", "t")]);
+        assert!(
+            e.contains("variables_provider") && e.contains(kind) && e.contains(name),
+            "{kind}: {e}"
+        );
+    }
+    // An unknown runtime-config section is named in a warning, never silently dropped.
+    std::fs::write(
+        app.path().join("runtime-config.toml"),
+        "[made_up_section]\nx = 1\n",
+    )
+    .unwrap();
+    let server = Server::start(app.path(), &[("API_TOKEN", "t")]);
+    assert_eq!(server.get("/token").text(), "t");
+    let log = log_with(&server, "made_up_section");
+    assert!(log.contains("`made_up_section` is not used"), "{log}");
+}
+
+/// Runs `openssl` with `args` in `dir`; panics with its stderr on failure.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl (Debian package openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A private CA, a server certificate for `localhost` and a client certificate, made with
+/// the openssl CLI as an operator would.
+fn make_pki(dir: &std::path::Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test ca",
+        ],
+    );
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
+    }
+}
+
+/// `[[client_tls]]` against a real TLS server (`openssl s_server` requiring a client
+/// certificate from the private CA): with the entry the component reaches it; without the
+/// custom roots the server's certificate is refused; without the client certificate the
+/// server refuses the handshake; another component gets no part of the entry.
+#[test]
+fn client_tls_custom_ca_and_client_certificate() {
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut server_proc = std::process::Command::new("openssl")
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            "server.pem",
+            "-key",
+            "server.key",
+            "-CAfile",
+            "ca.pem",
+            "-Verify",
+            "1",
+            "-www",
+            "-quiet",
+        ])
+        .current_dir(pki.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "s_server did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wasm = "spin_outbound.wasm";
+    let allowed = format!("allowed_outbound_hosts = [\"https://localhost:{port}\"]");
+    let app = app_from_manifest(&format!(
+        "spin_manifest_version = 2\n[application]\nname = \"tls\"\n\
+         [[trigger.http]]\nroute = \"/a/...\"\ncomponent = \"a\"\n\
+         [[trigger.http]]\nroute = \"/b/...\"\ncomponent = \"b\"\n\
+         [component.a]\nsource = \"{{WASM_DIR}}/{wasm}\"\n{allowed}\n\
+         [component.b]\nsource = \"{{WASM_DIR}}/{wasm}\"\n{allowed}\n"
+    ));
+    let p = |f: &str| pki.path().join(f).display().to_string();
+    let url = format!("https://localhost:{port}/");
+    let call = |server: &Server, c: &str| {
+        let r = server.get(&format!("/{c}/?url={url}"));
+        (r.status, r.text())
+    };
+    let rc = |entry: &str| {
+        std::fs::write(
+            app.path().join("runtime-config.toml"),
+            format!(
+                "[[client_tls]]\ncomponent_ids = [\"a\"]\nhosts = [\"localhost:{port}\"]\n{entry}"
+            ),
+        )
+        .unwrap();
+    };
+
+    rc(&format!(
+        "ca_roots_file = \"{}\"\nclient_cert_file = \"{}\"\nclient_private_key_file = \"{}\"\n",
+        p("ca.pem"),
+        p("client.pem"),
+        p("client.key")
+    ));
+    let server = Server::start(app.path(), &[]);
+    let (status, body) = call(&server, "a");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("upstream 200"), "{body}");
+    // `b` is not in component_ids: the default roots do not know the private CA.
+    let (status, body) = call(&server, "b");
+    assert_eq!(status, 502, "{body}");
+    drop(server);
+
+    // The CA without the client certificate: s_server (-Verify) ends the handshake.
+    rc(&format!("ca_roots_file = \"{}\"\n", p("ca.pem")));
+    let server = Server::start(app.path(), &[]);
+    let (status, body) = call(&server, "a");
+    assert_eq!(status, 502, "{body}");
+    drop(server);
+
+    // A key without its certificate is a start error naming the entry.
+    rc(&format!(
+        "client_private_key_file = \"{}\"\n",
+        p("client.key")
+    ));
+    let e = start_failure(app.path(), &[]);
+    assert!(
+        e.contains("client_tls[0]") && e.contains("client_cert_file"),
+        "{e}"
+    );
+    let _ = server_proc.kill();
+    let _ = server_proc.wait();
+}

@@ -660,3 +660,67 @@ fn python_sdk_3_hello_world_imports_everything_and_serves() {
     let r = server.get("/");
     assert_eq!((r.status, r.text().as_str()), (200, "Hello from Python!"));
 }
+
+/// `[key_value_store.<label>] type = "redis"` of the runtime config against a real
+/// redis-server: the spin-kv app's store operations land in Redis (checked with
+/// redis-cli), through both `fermyon:spin/key-value` and `wasi:keyvalue`.
+#[test]
+fn key_value_store_of_type_redis() {
+    let redis = servers::redis();
+    let dir = prepare_app("spin-kv");
+    std::fs::write(
+        dir.path().join("runtime-config.toml"),
+        format!(
+            "[key_value_store.default]\ntype = \"redis\"\nurl = \"redis://{}/2\"\n\
+             [key_value_store.other]\ntype = \"spin\"\n",
+            redis.addr()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let r = request(server.addr, "PUT", "/kv/greeting", b"hello redis");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(server.get("/kv/greeting").text(), "hello redis");
+    assert_eq!(server.get("/kv/greeting?op=exists").text(), "true");
+    assert_eq!(server.get("/kv/greeting?op=wasi-get").text(), "hello redis");
+    let r = request(server.addr, "POST", "/kv/count?op=incr&by=5", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = request(server.addr, "POST", "/kv/count?op=incr&by=2", b"");
+    assert!(r.text().contains('7'), "{}", r.text());
+    let keys = server.get("/kv/?op=keys").text();
+    assert!(
+        keys.lines().any(|l| l == "greeting") && keys.lines().any(|l| l == "count"),
+        "{keys}"
+    );
+    // The values are in Redis database 2, as a Redis client sees them.
+    let cli = std::process::Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &redis.addr().port().to_string(),
+            "-n",
+            "2",
+        ])
+        .args(["GET", "greeting"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&cli.stdout).trim(), "hello redis");
+    let r = request(server.addr, "DELETE", "/kv/greeting", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(server.get("/kv/greeting").status, 404);
+    drop(server);
+
+    // An unusable URL fails the start naming the store.
+    std::fs::write(
+        dir.path().join("runtime-config.toml"),
+        "[key_value_store.default]\ntype = \"redis\"\nurl = \"not a url\"\n\
+         [key_value_store.other]\ntype = \"spin\"\n",
+    )
+    .unwrap();
+    let e = start_failure(dir.path(), &[]);
+    assert!(
+        e.contains("key-value store `default`") && e.contains("Redis URL"),
+        "{e}"
+    );
+}

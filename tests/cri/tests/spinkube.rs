@@ -116,3 +116,103 @@ fn spinkube_options_containerd_2_hybrid() -> Result<()> {
 fn spinkube_options_containerd_2_unified() -> Result<()> {
     leg(ContainerdVersion::V2, Layout::Unified)
 }
+
+/// A multi-component app of ours (tests/apps/chain-app) through CRI on SpinKube's node
+/// config: selective deployment (`SPIN_COMPONENTS_TO_RETAIN`, as spin-operator sets it),
+/// a private route reached only by service chaining, and dropped components not served.
+#[test]
+fn multi_component_app_with_chaining_and_selective_deployment() -> Result<()> {
+    use cri_tests::cri::ContainerSpec;
+    use cri_tests::scenario::{free_loopback_port, http_get, wait_http_ok, KubeletPod};
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let imgs = images()?;
+    let dir = integration::shim_bin_dir().join("cri-images-spinkube");
+    let chain = dir.join("chain-app.tar");
+    const CHAIN_IMAGE: &str = "docker.io/library/chain-app:test";
+    oci_image_builder::spin::container_image(
+        CHAIN_IMAGE,
+        &integration::workspace_root().join("tests/apps/chain-app"),
+        &[],
+    )?
+    .write_archive(&chain)?;
+    let node = Node::start_with(
+        ContainerdVersion::V1_7,
+        Layout::Hybrid,
+        SpinHandler::WithOptions(SPINKUBE_OPTIONS),
+    )?;
+    node.import(&imgs.pause)?;
+    node.import(&chain)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
+        let pod = KubeletPod::start(
+            &mut cri,
+            Layout::Hybrid,
+            CgroupDriver::Systemd,
+            QosClass::Burstable,
+            "spin",
+            "chain-app",
+            &node.dir().join("pod-logs"),
+        )
+        .await?;
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], free_loopback_port()?).into();
+        let spec = ContainerSpec {
+            name: "chain-app".into(),
+            image: CHAIN_IMAGE.into(),
+            command: vec!["/".into()],
+            envs: vec![
+                ("SPIN_HTTP_LISTEN_ADDR".into(), addr.to_string()),
+                ("SPIN_COMPONENTS_TO_RETAIN".into(), "front,back".into()),
+            ],
+            ..Default::default()
+        };
+        let checks = async {
+            let id = cri
+                .start_container(&pod.sandbox_id, &pod.spec, &spec)
+                .await?;
+            let pid = cri.container_pid(&id).await?;
+            wait_http_ok(addr, "/.well-known/spin/health", Duration::from_secs(60)).await?;
+            pod.check_inside(pid, "the chain-app container")?;
+            let t = Duration::from_secs(10);
+            let (status, body) =
+                http_get(addr, "/front/?url=http://back.spin.internal/deep/path", t)?;
+            ensure!(
+                status == 200
+                    && body.contains("component=back")
+                    && body.contains("path=/deep/path"),
+                "chained request: {status} {body}"
+            );
+            let (status, _) = http_get(addr, "/back", t)?;
+            ensure!(
+                status == 404,
+                "the private route answered {status} from the network"
+            );
+            let (status, _) = http_get(addr, "/hello", t)?;
+            ensure!(
+                status == 404,
+                "`hello` was not retained but answered {status}"
+            );
+            let (status, _) = http_get(addr, "/open/?url=http://back.spin.internal/", t)?;
+            ensure!(
+                status == 404,
+                "`open` was not retained but answered {status}"
+            );
+            cri.remove_container(&id, 10).await?;
+            anyhow::Ok(pid)
+        }
+        .await;
+        match checks {
+            Ok(pid) => pod.teardown(&mut cri, &[pid]).await,
+            Err(e) => {
+                let _ = cri.remove_pod(&pod.sandbox_id).await;
+                Err(anyhow::anyhow!(
+                    "{e:#}\ncontainerd log:\n{}",
+                    node.log_tail()
+                ))
+            }
+        }
+    })
+}

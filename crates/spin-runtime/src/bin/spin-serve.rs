@@ -77,6 +77,8 @@ fn run(
         };
         (app, dir)
     };
+    let mut app = app;
+    spin_runtime::apply_deployment_env(&mut app, env)?;
     let app_dir = app_dir.as_path();
     let mut env = env.to_vec();
     env.extend(dotenv_variables(app_dir, &env)?);

@@ -38,7 +38,7 @@ const MAX_OPEN_STORES: usize = 256;
 pub enum StoreDefinition {
     /// SQLite database file (`None`: in memory, lost on exit).
     Sqlite(Option<PathBuf>),
-    /// A Redis server (declared but not supported by this runtime).
+    /// A Redis server (`url`).
     Redis(String),
 }
 
@@ -52,6 +52,10 @@ pub struct RuntimeConfig {
     pub sqlite_databases: BTreeMap<String, super::sqlite::DatabaseDefinition>,
     /// Where LLM inference runs (`[llm_compute]`, see [`super::llm`]).
     pub llm_compute: super::llm::LlmCompute,
+    /// `[[variables_provider]]` entries, in order (see [`super::variables::Provider`]).
+    pub variables_providers: Vec<super::variables::Provider>,
+    /// `[[client_tls]]` entries (see [`super::tls`]).
+    pub client_tls: Vec<super::tls::ClientTls>,
 }
 
 impl RuntimeConfig {
@@ -77,6 +81,18 @@ impl RuntimeConfig {
                 }
                 "llm_compute" => {
                     config.llm_compute = super::llm::parse_runtime_config(value, origin)?;
+                    continue;
+                }
+                "client_tls" => {
+                    config.client_tls = super::tls::parse_runtime_config(value, base_dir, origin)?;
+                    continue;
+                }
+                "variables_provider" | "config_provider" => {
+                    config
+                        .variables_providers
+                        .extend(super::variables::parse_providers(
+                            value, section, base_dir, origin,
+                        )?);
                     continue;
                 }
                 _ => {}
@@ -302,7 +318,7 @@ impl SqliteStore {
 /// The stores of one app, opened at start.
 #[derive(Debug, Default)]
 pub struct KvStores {
-    stores: HashMap<String, Arc<SqliteStore>>,
+    stores: HashMap<String, Arc<KvStore>>,
 }
 
 impl KvStores {
@@ -313,7 +329,7 @@ impl KvStores {
         used: &BTreeSet<String>,
         state_dir: &Path,
         runtime: &RuntimeConfig,
-        mut open: impl FnMut(&str, &StoreDefinition) -> anyhow::Result<Arc<SqliteStore>>,
+        mut open: impl FnMut(&str, &StoreDefinition) -> anyhow::Result<Arc<KvStore>>,
     ) -> anyhow::Result<Self> {
         let mut stores = HashMap::new();
         for label in used {
@@ -336,19 +352,185 @@ impl KvStores {
     }
 
     /// The store with this label, if open.
-    pub fn get(&self, label: &str) -> Option<&Arc<SqliteStore>> {
+    pub fn get(&self, label: &str) -> Option<&Arc<KvStore>> {
         self.stores.get(label)
     }
 }
 
-/// Opens the store `label` as `def` says; Redis is refused with a clear error.
-pub fn open_definition(label: &str, def: &StoreDefinition) -> anyhow::Result<SqliteStore> {
+/// Opens the store `label` as `def` says.
+pub fn open_definition(label: &str, def: &StoreDefinition) -> anyhow::Result<KvStore> {
     match def {
-        StoreDefinition::Sqlite(path) => SqliteStore::open(label, path.as_deref()),
-        StoreDefinition::Redis(_) => anyhow::bail!(
-            "key-value store `{label}`: type \"redis\" is not supported by this runtime; use \
-             type = \"spin\" (SQLite) in [key_value_store.{label}]"
-        ),
+        StoreDefinition::Sqlite(path) => {
+            Ok(KvStore::Sqlite(SqliteStore::open(label, path.as_deref())?))
+        }
+        StoreDefinition::Redis(url) => Ok(KvStore::Redis(RedisStore::open(label, url)?)),
+    }
+}
+
+/// An open key-value store of either type Spin's runtime config offers.
+#[derive(Debug)]
+pub enum KvStore {
+    /// `type = "spin"`.
+    Sqlite(SqliteStore),
+    /// `type = "redis"`.
+    Redis(RedisStore),
+}
+
+macro_rules! delegate {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            KvStore::Sqlite($s) => $e,
+            KvStore::Redis($s) => $e,
+        }
+    };
+}
+
+impl KvStore {
+    /// The value of `key`, if any.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        delegate!(self, s => s.get(key))
+    }
+    /// Sets `key` to `value`.
+    pub fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
+        delegate!(self, s => s.set(key, value))
+    }
+    /// Removes `key` (absent is fine).
+    pub fn delete(&self, key: &str) -> Result<(), String> {
+        delegate!(self, s => s.delete(key))
+    }
+    /// Whether `key` has a value.
+    pub fn exists(&self, key: &str) -> Result<bool, String> {
+        delegate!(self, s => s.exists(key))
+    }
+    /// Every key of the store.
+    pub fn keys(&self) -> Result<Vec<String>, String> {
+        delegate!(self, s => s.keys())
+    }
+    /// Adds `delta` to the integer at `key` (absent: 0).
+    pub fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
+        delegate!(self, s => s.increment(key, delta))
+    }
+    /// Sets `key` to `value` only if its value is still `expected`; returns whether it did.
+    pub fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, String> {
+        delegate!(self, s => s.compare_and_swap(key, expected, value))
+    }
+}
+
+/// A store kept in a Redis server (`[key_value_store.<label>] type = "redis"`,
+/// `url = "redis://..."`), as Spin's key-value-redis does it: keys as they are, values as
+/// bytes, `KEYS *` for the key list, `INCRBY` for increments (Redis integers, as text),
+/// `WATCH`/`MULTI` for compare-and-swap. One connection, reopened after an error.
+pub struct RedisStore {
+    label: String,
+    client: redis::Client,
+    conn: Mutex<Option<redis::Connection>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: the label only.
+        f.debug_struct("RedisStore")
+            .field("label", &self.label)
+            .finish()
+    }
+}
+
+/// How long connecting to a store's Redis server may take.
+const REDIS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl RedisStore {
+    /// Checks the URL; connects on first use (the server may start after the app).
+    pub fn open(label: &str, url: &str) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url).map_err(|e| {
+            anyhow::anyhow!(
+                "key-value store `{label}`: `url` is not a Redis URL ({:?}): use redis://[user:password@]host[:port][/db]",
+                e.kind()
+            )
+        })?;
+        Ok(RedisStore {
+            label: label.to_string(),
+            client,
+            conn: Mutex::new(None),
+        })
+    }
+
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, String> {
+        let mut guard = self
+            .conn
+            .lock()
+            .map_err(|_| format!("key-value store `{}` is unusable", self.label))?;
+        if guard.is_none() {
+            let c = self
+                .client
+                .get_connection_with_timeout(REDIS_CONNECT_TIMEOUT)
+                .map_err(|e| {
+                    format!(
+                        "key-value store `{}`: cannot connect to Redis: {e}",
+                        self.label
+                    )
+                })?;
+            *guard = Some(c);
+        }
+        let conn = guard.as_mut().expect("connected above");
+        match f(conn) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    *guard = None;
+                }
+                Err(format!("key-value store `{}`: {e}", self.label))
+            }
+        }
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.with_conn(|c| redis::cmd("GET").arg(key).query(c))
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
+        self.with_conn(|c| redis::cmd("SET").arg(key).arg(value).query(c))
+    }
+    fn delete(&self, key: &str) -> Result<(), String> {
+        self.with_conn(|c| redis::cmd("DEL").arg(key).query::<i64>(c).map(|_| ()))
+    }
+    fn exists(&self, key: &str) -> Result<bool, String> {
+        self.with_conn(|c| redis::cmd("EXISTS").arg(key).query(c))
+    }
+    fn keys(&self) -> Result<Vec<String>, String> {
+        self.with_conn(|c| redis::cmd("KEYS").arg("*").query(c))
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
+        self.with_conn(|c| redis::cmd("INCRBY").arg(key).arg(delta).query(c))
+    }
+    fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, String> {
+        self.with_conn(|c| {
+            redis::cmd("WATCH").arg(key).query::<()>(c)?;
+            let current: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(c)?;
+            if current.as_deref() != expected {
+                redis::cmd("UNWATCH").query::<()>(c)?;
+                return Ok(false);
+            }
+            // EXEC answers nil when the watched key changed meanwhile.
+            let done: Option<Vec<redis::Value>> = redis::pipe()
+                .atomic()
+                .cmd("SET")
+                .arg(key)
+                .arg(value)
+                .query(c)?;
+            Ok(done.is_some())
+        })
     }
 }
 
@@ -361,16 +543,16 @@ pub(crate) enum OpenError {
 
 /// Guest handle of an open store: `fermyon:spin/key-value` `store` and
 /// `wasi:keyvalue/store` `bucket` alike.
-pub struct StoreHandle(Arc<SqliteStore>);
+pub struct StoreHandle(Arc<KvStore>);
 /// A compare-and-swap handle (`wasi:keyvalue/atomics` `cas`).
 pub struct Cas {
-    store: Arc<SqliteStore>,
+    store: Arc<KvStore>,
     key: String,
     current: Option<Vec<u8>>,
 }
 
 impl HostState {
-    fn open_store(&mut self, label: &str) -> Result<Arc<SqliteStore>, OpenError> {
+    fn open_store(&mut self, label: &str) -> Result<Arc<KvStore>, OpenError> {
         if !self.component.key_value_stores.contains(label) {
             tracing::warn!(
                 "component `{}` tried to open key-value store `{label}`, which is not in its \
@@ -410,7 +592,7 @@ impl HostState {
         &mut self,
         handle: &Resource<StoreHandle>,
         err: fn(String) -> E,
-        op: impl FnOnce(&SqliteStore) -> Result<T, String>,
+        op: impl FnOnce(&KvStore) -> Result<T, String>,
     ) -> wasmtime::Result<Result<T, E>> {
         let store = self.table().get(handle)?.0.clone();
         Ok(op(&store).map_err(err))
@@ -454,7 +636,7 @@ impl spin_kv::HostStore for HostState {
     }
 
     fn get_keys(&mut self, this: Handle) -> SpinResult<Vec<String>> {
-        self.on_store(&this, spin_kv::Error::Other, SqliteStore::keys)
+        self.on_store(&this, spin_kv::Error::Other, KvStore::keys)
     }
 
     fn drop(&mut self, this: Handle) -> wasmtime::Result<()> {

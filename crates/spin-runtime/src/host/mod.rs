@@ -24,6 +24,7 @@ pub mod outbound;
 pub mod pg;
 pub mod redis;
 pub mod sqlite;
+pub mod tls;
 pub mod variables;
 
 use std::collections::{BTreeSet, HashMap};
@@ -36,7 +37,7 @@ use wasmtime::component::{HasSelf, ResourceTable};
 
 use crate::app::{App, Component};
 use crate::{HostContext, InstanceState};
-use kv::{KvStores, RuntimeConfig, SqliteStore, StoreDefinition};
+use kv::{KvStore, KvStores, RuntimeConfig, StoreDefinition};
 use outbound::AllowedHosts;
 use variables::ComponentValue;
 
@@ -102,6 +103,8 @@ pub struct ComponentHost {
     sqlite: sqlite::Databases,
     ai_models: BTreeSet<String>,
     llm: llm::LlmCompute,
+    /// The runtime config's `[[client_tls]]` entries naming this component.
+    tls: Vec<tls::ClientTls>,
 }
 
 impl fmt::Debug for ComponentHost {
@@ -131,6 +134,8 @@ pub struct HostState {
     /// Open database and messaging connections (all kinds), capped at
     /// [`MAX_OPEN_CONNECTIONS`].
     open_connections: usize,
+    /// The app itself, for service chaining and self requests ([`crate::chain`]).
+    pub(crate) chain: Arc<crate::chain::ChainSlot>,
 }
 
 /// At most this many outbound connections may be open at once in one instance.
@@ -144,6 +149,7 @@ impl Clone for HostState {
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: self.chain.clone(),
         }
     }
 }
@@ -170,25 +176,41 @@ impl Default for HostState {
                 sqlite: sqlite::Databases::default(),
                 ai_models: BTreeSet::new(),
                 llm: llm::LlmCompute::None,
+                tls: Vec::new(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: Default::default(),
         }
     }
+}
+
+/// Every application variable resolved as components see them (runtime-config providers >
+/// container env `NAME` > `SPIN_VARIABLE_NAME` > default), for settings outside components
+/// such as trigger addresses.
+pub(crate) fn resolve_app_variables(
+    app: &App,
+    ctx: &HostContext,
+) -> anyhow::Result<std::collections::BTreeMap<String, variables::Resolved>> {
+    let runtime = load_runtime_config(ctx)?;
+    variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)
 }
 
 impl HostState {
     /// Builds the state for `component` of `app`; `ctx` gives the container env and app
     /// directory.
     ///
-    /// Resolves every application variable (container env `NAME` > `SPIN_VARIABLE_NAME` >
-    /// default; a required one without a value is an error naming it), expands the
+    /// Resolves every application variable (runtime-config providers > container env
+    /// `NAME` > `SPIN_VARIABLE_NAME` > default; a required one without a value is an error
+    /// naming it), expands the
     /// component's variable templates and `allowed_outbound_hosts`, and opens the key-value
     /// stores the component lists (shared with other components of the process that use
     /// the same database).
     pub fn new(component: &Component, app: &App, ctx: &HostContext) -> anyhow::Result<Self> {
-        let resolved = variables::resolve_all(&app.variables, &ctx.env)?;
+        let runtime = load_runtime_config(ctx)?;
+        let resolved =
+            variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)?;
         let values = variables::component_values(&component.id, &component.variables, &resolved)?;
         let allowed_hosts =
             AllowedHosts::parse(&component.id, &component.allowed_outbound_hosts, |entry| {
@@ -202,12 +224,6 @@ impl HostState {
         let sqlite_databases: BTreeSet<String> =
             component.sqlite_databases.iter().cloned().collect();
         let ai_models: BTreeSet<String> = component.ai_models.iter().cloned().collect();
-        let runtime =
-            if key_value_stores.is_empty() && sqlite_databases.is_empty() && ai_models.is_empty() {
-                RuntimeConfig::default()
-            } else {
-                load_runtime_config(ctx)?
-            };
         let state_dir = state_dir(ctx);
         let kv = if key_value_stores.is_empty() {
             KvStores::default()
@@ -232,10 +248,17 @@ impl HostState {
                 sqlite,
                 ai_models,
                 llm: runtime.llm_compute.clone(),
+                tls: runtime
+                    .client_tls
+                    .iter()
+                    .filter(|t| t.components.iter().any(|c| c == &component.id))
+                    .cloned()
+                    .collect(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
+            chain: Default::default(),
         })
     }
 
@@ -339,8 +362,8 @@ fn load_runtime_config(ctx: &HostContext) -> anyhow::Result<RuntimeConfig> {
 /// Stores already open in this process, so that every component using a database shares
 /// one connection (and in-memory stores are shared at all).
 type StoreKey = (PathBuf, String);
-fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, Weak<SqliteStore>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<StoreKey, Weak<SqliteStore>>>> = OnceLock::new();
+fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, Weak<KvStore>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<StoreKey, Weak<KvStore>>>> = OnceLock::new();
     REGISTRY.get_or_init(Default::default)
 }
 
@@ -358,7 +381,8 @@ fn open_shared_stores(
         // In-memory stores are identified by the app they belong to.
         let key_path = match def {
             StoreDefinition::Sqlite(Some(path)) => path.clone(),
-            _ => app_dir.join(":memory:"),
+            StoreDefinition::Redis(url) => PathBuf::from(format!("redis:{url}")),
+            StoreDefinition::Sqlite(None) => app_dir.join(":memory:"),
         };
         let key = (key_path, label.to_string());
         if let Some(store) = registry.get(&key).and_then(Weak::upgrade) {
@@ -531,13 +555,41 @@ pub fn link_error(
     ))
 }
 
+/// The `[[client_tls]]` client config for an HTTPS request to `uri`, if the runtime config
+/// has one for this component and host.
+pub fn client_tls_for(state: &HostState, uri: &http::Uri) -> Option<Arc<rustls::ClientConfig>> {
+    if uri.scheme_str() != Some("https") {
+        return None;
+    }
+    let host = uri.host()?;
+    let port = uri.port_u16().unwrap_or(443);
+    state
+        .component
+        .tls
+        .iter()
+        .find(|t| t.covers(host, port))
+        .map(|t| t.config.clone())
+}
+
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.
 ///
 /// A denied request fails with `HttpRequestDenied` (as in Spin), and the log says which
 /// component tried what and which `allowed_outbound_hosts` entry would allow it.
 pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime_wasi_http::Error> {
     let component = &state.component;
-    if component.allowed_hosts.allows_uri(uri) {
+    // A request to the app itself may use either scheme (Spin's `check_relative_url`).
+    let allowed = if crate::chain::is_self_request(uri) {
+        ["http", "https"].iter().any(|s| {
+            component
+                .allowed_hosts
+                .entries()
+                .iter()
+                .any(|e| e.allows(s, None, None))
+        })
+    } else {
+        component.allowed_hosts.allows_uri(uri)
+    };
+    if allowed {
         return Ok(());
     }
     tracing::error!("{}", denied_message(&component.id, uri));
@@ -549,10 +601,10 @@ pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime
 pub fn denied_message(component_id: &str, uri: &http::Uri) -> String {
     let scheme = uri.scheme_str().unwrap_or("http");
     // Scheme, host and port only: paths and queries may carry tokens.
-    let suggestion = match (uri.host(), uri.port_u16()) {
+    let suggestion = match (uri.host().filter(|h| !h.is_empty()), uri.port_u16()) {
+        (None, _) => "http://self".to_string(),
         (Some(host), Some(port)) => format!("{scheme}://{host}:{port}"),
         (Some(host), None) => format!("{scheme}://{host}"),
-        (None, _) => format!("{scheme}://self"),
     };
     format!(
         "component `{component_id}` is not allowed to send an HTTP request to {suggestion}: the \

@@ -2,12 +2,15 @@
 //! interfaces `fermyon:spin/variables@2.0.0`, `fermyon:spin/config` and
 //! `wasi:config/store@0.2.0-draft-2024-09-27`.
 //!
-//! Precedence (as SpinKube): container env `NAME` (the variable's name upper-cased) >
-//! `SPIN_VARIABLE_NAME` > the manifest default. Every app variable is resolved when the
-//! app starts, so a required variable without a value fails the start with its name.
+//! Precedence: the runtime config's `[[variables_provider]]` entries in order (Spin's
+//! `static` and `env` types, see [`Provider`]), then (as SpinKube) container env `NAME`
+//! (the variable's name upper-cased) > `SPIN_VARIABLE_NAME` > the manifest default. Every
+//! app variable is resolved when the app starts, so a required variable without a value
+//! fails the start with its name.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::path::Path;
 
 use anyhow::Context as _;
 
@@ -29,6 +32,144 @@ pub enum ValueSource {
     SpinVariableEnv,
     /// The manifest default.
     Default,
+    /// A `[[variables_provider]]` of the runtime config (its index).
+    Provider(usize),
+}
+
+/// One `[[variables_provider]]` (or Spin 1's `[[config_provider]]`) of the runtime config,
+/// as Spin's `VariableProviderConfiguration` defines them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Provider {
+    /// `type = "static"`, `values = { name = "value", ... }`.
+    Static(BTreeMap<String, String>),
+    /// `type = "env"`: `<prefix>_<NAME>` (prefix default `SPIN_VARIABLE`) from the
+    /// container's environment, else from the `dotenv_path` file.
+    Env {
+        /// The prefix, without the joining `_`.
+        prefix: String,
+        /// The dotenv file's entries.
+        dotenv: BTreeMap<String, String>,
+    },
+}
+
+impl fmt::Debug for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Provider::Static(v) => f
+                .debug_struct("Static")
+                .field("names", &v.keys().collect::<Vec<_>>())
+                .finish(),
+            Provider::Env { prefix, dotenv } => f
+                .debug_struct("Env")
+                .field("prefix", prefix)
+                .field("dotenv_names", &dotenv.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+impl Provider {
+    fn get(&self, name: &str, env: &HashMap<String, String>) -> Option<String> {
+        match self {
+            Provider::Static(values) => values.get(name).cloned(),
+            Provider::Env { prefix, dotenv } => {
+                let key = if prefix.is_empty() {
+                    name.to_ascii_uppercase()
+                } else {
+                    format!("{prefix}_{}", name.to_ascii_uppercase())
+                };
+                env.get(&key).or_else(|| dotenv.get(&key)).cloned()
+            }
+        }
+    }
+}
+
+/// Parses the `variables_provider` (or `config_provider`) array of a runtime config;
+/// relative `dotenv_path`s resolve against `base`. Vault and Azure Key Vault providers are
+/// refused naming the section: this runtime has no client for them.
+pub fn parse_providers(
+    value: &toml::Value,
+    section: &str,
+    base: &Path,
+    origin: &str,
+) -> anyhow::Result<Vec<Provider>> {
+    let list = value.as_array().with_context(|| {
+        format!("{origin}: `{section}` must be an array of tables ([[{section}]])")
+    })?;
+    let mut out = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let key = format!("{section}[{i}]");
+        let t = entry
+            .as_table()
+            .with_context(|| format!("{origin}: `{key}` must be a table"))?;
+        let kind = t.get("type").and_then(|v| v.as_str()).with_context(|| {
+            format!("{origin}: `{key}.type` is missing (\"static\" or \"env\")")
+        })?;
+        let allowed: &[&str] =
+            match kind {
+                "static" => &["type", "values"],
+                "env" => &["type", "prefix", "dotenv_path"],
+                "vault" | "azure_key_vault" => anyhow::bail!(
+                "{origin}: [[{section}]] type = \"{kind}\" ({}) is not supported by this runtime; \
+                 give the values through the container's environment (SpinApp `variables`, \
+                 as `NAME` or `SPIN_VARIABLE_NAME`) or a `static` provider",
+                if kind == "vault" { "HashiCorp Vault" } else { "Azure Key Vault" }
+            ),
+                other => anyhow::bail!(
+                "{origin}: `{key}.type` = \"{other}\" is not a variables provider type (Spin's are \
+                 static, env, vault, azure_key_vault)"
+            ),
+            };
+        if let Some(unknown) = t.keys().find(|k| !allowed.contains(&k.as_str())) {
+            anyhow::bail!("{origin}: `{key}.{unknown}` is not a field of a `{kind}` provider");
+        }
+        out.push(match kind {
+            "static" => {
+                let mut values = BTreeMap::new();
+                if let Some(v) = t.get("values") {
+                    let v = v
+                        .as_table()
+                        .with_context(|| format!("{origin}: `{key}.values` must be a table"))?;
+                    for (name, value) in v {
+                        let value = value.as_str().with_context(|| {
+                            format!("{origin}: `{key}.values.{name}` must be a string")
+                        })?;
+                        values.insert(name.clone(), value.to_string());
+                    }
+                }
+                Provider::Static(values)
+            }
+            _ => {
+                let prefix = match t.get("prefix") {
+                    None => "SPIN_VARIABLE".to_string(),
+                    Some(v) => v
+                        .as_str()
+                        .with_context(|| format!("{origin}: `{key}.prefix` must be a string"))?
+                        .to_string(),
+                };
+                let mut dotenv = BTreeMap::new();
+                if let Some(p) = t.get("dotenv_path") {
+                    let p = p.as_str().with_context(|| {
+                        format!("{origin}: `{key}.dotenv_path` must be a string")
+                    })?;
+                    let path = base.join(p);
+                    let iter = dotenvy::from_path_iter(&path).map_err(|e| {
+                        anyhow::anyhow!(
+                            "{origin}: `{key}.dotenv_path`: cannot read {}: {e}",
+                            path.display()
+                        )
+                    })?;
+                    for item in iter {
+                        let (k, v) =
+                            item.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                        dotenv.insert(k, v);
+                    }
+                }
+                Provider::Env { prefix, dotenv }
+            }
+        });
+    }
+    Ok(out)
 }
 
 /// A resolved application variable value.
@@ -86,11 +227,26 @@ pub fn resolve_all(
     variables: &BTreeMap<String, Variable>,
     env: &HashMap<String, String>,
 ) -> anyhow::Result<BTreeMap<String, Resolved>> {
+    resolve_with(variables, env, &[])
+}
+
+/// [`resolve_all`] with the runtime config's providers first, in order.
+pub fn resolve_with(
+    variables: &BTreeMap<String, Variable>,
+    env: &HashMap<String, String>,
+    providers: &[Provider],
+) -> anyhow::Result<BTreeMap<String, Resolved>> {
     let mut out = BTreeMap::new();
     for (name, decl) in variables {
         let upper = name.to_ascii_uppercase();
         let spin_name = format!("{SPIN_VARIABLE_PREFIX}{upper}");
-        let (value, source) = if let Some(v) = env.get(&upper) {
+        let provided = providers
+            .iter()
+            .enumerate()
+            .find_map(|(i, p)| p.get(name, env).map(|v| (v, ValueSource::Provider(i))));
+        let (value, source) = if let Some(found) = provided {
+            found
+        } else if let Some(v) = env.get(&upper) {
             (v.clone(), ValueSource::ContainerEnv)
         } else if let Some(v) = env.get(&spin_name) {
             (v.clone(), ValueSource::SpinVariableEnv)

@@ -205,7 +205,7 @@ pub async fn run(
     let vars = if events.is_empty() {
         BTreeMap::new()
     } else {
-        variables::resolve_all(&app.app.variables, &config.host.env)?
+        crate::host::resolve_app_variables(&app.app, &config.host)?
     };
     let redis = redis::prepare(&app, &vars)?;
     let mqtt = mqtt::prepare(&app, &vars)?;
