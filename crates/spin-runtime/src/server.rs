@@ -50,6 +50,11 @@ fn static_response(sr: &crate::app::StaticResponse) -> Response<HyperOutgoingBod
     r
 }
 
+/// A response without a body, as Spin answers 404 and 500.
+fn empty(status: StatusCode) -> Response<HyperOutgoingBody> {
+    text(status, Bytes::new())
+}
+
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
@@ -66,31 +71,38 @@ async fn handle(
         return match rest {
             "/health" => text(StatusCode::OK, "OK"),
             "/info" => {
-                let info = serde_json::json!({
-                    "name": app.app.name,
-                    "version": app.app.version,
-                    "oci_image_digest": app.app.oci_image_digest,
-                });
-                let mut r = text(StatusCode::OK, info.to_string());
+                // Spin's `AppInfo`: absent version and digest are left out; pretty JSON.
+                let mut info = serde_json::json!({ "name": app.app.name });
+                if let Some(v) = &app.app.version {
+                    info["version"] = v.clone().into();
+                }
+                if let Some(d) = &app.app.oci_image_digest {
+                    info["oci_image_digest"] = d.clone().into();
+                }
+                let body = serde_json::to_string_pretty(&info).unwrap_or_default();
+                let mut r = text(StatusCode::OK, body);
                 r.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 );
                 r
             }
-            _ => text(StatusCode::NOT_FOUND, "Not Found"),
+            _ => empty(StatusCode::NOT_FOUND),
         };
     }
     let Some(route) = app.router.route(&path) else {
-        return text(StatusCode::NOT_FOUND, "Not Found");
+        return empty(StatusCode::NOT_FOUND);
     };
     if let Some(sr) = &route.static_response {
         return static_response(sr);
     }
     let Some(component) = app.components.get(&route.component).cloned() else {
         tracing::error!(component = %route.component, "routed to a component that is not loaded");
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
+        return empty(StatusCode::INTERNAL_SERVER_ERROR);
     };
+    // As Spin's `strip_forbidden_headers`: `Connection` is transport information only the
+    // server uses (and breaks guests that forward requests).
+    req.headers_mut().remove(http::header::CONNECTION);
     if !req.headers().contains_key(http::header::HOST) {
         req.headers_mut()
             .insert(http::header::HOST, header_value(&local.to_string()));
@@ -101,7 +113,7 @@ async fn handle(
         Err(CallError::Deadline) => text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"),
         Err(CallError::Failed(e)) => {
             tracing::error!(component = %component.id, "request failed: {e:#}");
-            text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
+            empty(StatusCode::INTERNAL_SERVER_ERROR)
         }
     }
 }
@@ -278,10 +290,7 @@ pub(crate) async fn call_chained(
         Err(CallError::Deadline) => Ok(text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout")),
         Err(CallError::Failed(e)) => {
             tracing::error!(component = %component.id, "chained request failed: {e:#}");
-            Ok(text(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Internal Server Error",
-            ))
+            Ok(empty(StatusCode::INTERNAL_SERVER_ERROR))
         }
     }
 }

@@ -324,7 +324,7 @@ fn spin_artifacts_serve_http_on_containerd_1_7() {
                 (
                     "/.well-known/spin/info",
                     200,
-                    "\"oci_image_digest\":\"sha256:",
+                    "\"oci_image_digest\": \"sha256:",
                 ),
             ],
         )?;
