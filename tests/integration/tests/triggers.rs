@@ -1,7 +1,8 @@
 //! Triggers other than HTTP through the shim (`ctr run --runtime io.containerd.spin.v2` on
 //! containerd 1.7, spin-in-container images): the Redis-triggered `spin-redis-trigger`
 //! app against a real redis-server on loopback (host network), restarted mid-stream; the
-//! 1-second `spin-cron-trigger` app; and the `spin-command` app (spin-in-container and
+//! 1-second `spin-cron-trigger` app; the MQTT-triggered `spin-mqtt-trigger` app against a
+//! real mosquitto; and the `spin-command` app (spin-in-container and
 //! Spin OCI artifact forms), whose arguments come from `ctr run` and whose exit code is
 //! `ctr run`'s.
 //! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
@@ -17,6 +18,21 @@ use integration::{
     Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin;
+
+/// Builds the spin-in-container image of `tests/apps/<app>` (as `<app>:test`) and imports
+/// it; returns the image name and the app directory.
+fn import_app(
+    c: &Containerd,
+    dir: &std::path::Path,
+    app: &str,
+) -> Result<(String, std::path::PathBuf)> {
+    let name = format!("docker.io/library/{app}:test");
+    let tar = dir.join(format!("{app}.tar"));
+    let app_dir = workspace_root().join("tests/apps").join(app);
+    spin::container_image(&name, &app_dir, &[])?.write_archive(&tar)?;
+    c.import(&tar, false)?;
+    Ok((name, app_dir))
+}
 
 /// `redis-cli -p <port> <args>`, its output trimmed.
 fn redis_cli(server: &servers::ServerProcess, args: &[&str]) -> Result<String> {
@@ -55,11 +71,8 @@ fn redis_app() -> Result<()> {
     let mut redis = servers::redis();
     let dir = tempfile::tempdir()?;
     let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
-    let name = "docker.io/library/spin-redis-trigger:test";
-    let tar = dir.path().join("redis.tar");
-    let app_dir = workspace_root().join("tests/apps/spin-redis-trigger");
-    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
-    c.import(&tar, false)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-redis-trigger")?;
+    let name = name.as_str();
     let env = format!("REDIS_ADDRESS=redis://{}", redis.addr());
     let app = c.run_spin_app(name, &["--env".into(), env])?;
     let subscribed = wait_for(Duration::from_secs(60), || {
@@ -111,11 +124,8 @@ fn cron_app() -> Result<()> {
     let redis = servers::redis();
     let dir = tempfile::tempdir()?;
     let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
-    let name = "docker.io/library/spin-cron-trigger:test";
-    let tar = dir.path().join("cron.tar");
-    let app_dir = workspace_root().join("tests/apps/spin-cron-trigger");
-    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
-    c.import(&tar, false)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-cron-trigger")?;
+    let name = name.as_str();
     let env = format!("RECORD_ADDRESS=redis://{}", redis.addr());
     let app = c.run_spin_app(name, &["--env".into(), env])?;
     let llen = || -> Option<usize> { redis_cli(&redis, &["LLEN", "ticks"]).ok()?.parse().ok() };
@@ -145,6 +155,86 @@ fn cron_app_through_the_shim() {
         return;
     };
     cron_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Publishes `payloads` on `topic` at QoS 1 (`retain` as given), waiting for each PUBACK.
+fn mqtt_publish(
+    broker: &servers::ServerProcess,
+    topic: &str,
+    payloads: &[String],
+    retain: bool,
+) -> Result<()> {
+    let mut options = rumqttc::MqttOptions::new(unique("it-pub-"), "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut connection) = rumqttc::Client::new(options, 100);
+    for p in payloads {
+        client.publish(topic, rumqttc::QoS::AtLeastOnce, retain, p.as_bytes())?;
+    }
+    let mut acked = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while acked < payloads.len() && std::time::Instant::now() < deadline {
+        match connection.recv_timeout(Duration::from_secs(1)) {
+            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
+            Ok(Ok(_)) | Err(_) => {}
+            Ok(Err(e)) => anyhow::bail!("publishing to the test broker: {e}"),
+        }
+    }
+    let _ = client.disconnect();
+    ensure!(
+        acked == payloads.len(),
+        "{acked} of {} PUBACKs",
+        payloads.len()
+    );
+    Ok(())
+}
+
+fn mqtt_app() -> Result<()> {
+    require_shim()?;
+    let redis = servers::redis();
+    let broker = servers::mosquitto();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-mqtt-trigger")?;
+    let name = name.as_str();
+    // A retained message reaches the app as soon as it has subscribed: the readiness probe.
+    mqtt_publish(&broker, "sensors/ready", &["up".into()], true)?;
+    let extra = [
+        "--env".to_string(),
+        format!("MQTT_ADDRESS=mqtt://{}", broker.addr()),
+        "--env".to_string(),
+        format!("RECORD_ADDRESS=redis://{}", redis.addr()),
+    ];
+    let app = c.run_spin_app(name, &extra)?;
+    let seen = |n: usize| {
+        wait_for(Duration::from_secs(60), || {
+            let out = redis_cli(&redis, &["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
+            let l: Vec<String> = out.lines().map(str::to_string).collect();
+            (l.len() >= n).then_some(l)
+        })
+    };
+    seen(1).with_context(|| format!("the app did not subscribe\n{}", c.log_tail(30)))?;
+    let sent: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    mqtt_publish(&broker, "sensors/temp", &sent, false)?;
+    let got = seen(1 + sent.len()).context("the messages were not all handled within 60 s")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let mut want = vec!["sensors/ready up".to_string()];
+    want.extend(sent.iter().map(|m| format!("sensors/temp {m}")));
+    let again = redis_cli(&redis, &["LLEN", "mqtt-seen"])?;
+    ensure!(
+        got == want && again == want.len().to_string(),
+        "each message once, in order: got {got:?}, then {again} entries"
+    );
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    Ok(())
+}
+
+#[test]
+fn mqtt_triggered_app_through_the_shim() {
+    let Some(_s) = integration::root_test("mqtt_triggered_app_through_the_shim") else {
+        return;
+    };
+    mqtt_app().unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 /// `ctr run --rm` (attached) of the command app with `args`; returns ctr's exit code and
@@ -183,11 +273,8 @@ fn command_app() -> Result<()> {
     require_shim()?;
     let dir = tempfile::tempdir()?;
     let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
-    let name = "docker.io/library/spin-command:test";
-    let tar = dir.path().join("command.tar");
-    let app_dir = workspace_root().join("tests/apps/spin-command");
-    spin::container_image(name, &app_dir, &[])?.write_archive(&tar)?;
-    c.import(&tar, false)?;
+    let (name, app_dir) = import_app(&c, dir.path(), "spin-command")?;
+    let name = name.as_str();
     let (code, out) = run_command(&c, name, &["exit-code", "3", "job"])?;
     ensure!(
         code == Some(3),
