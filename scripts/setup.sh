@@ -6,6 +6,8 @@ set -euo pipefail
 need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-config wrk iproute2 util-linux curl ca-certificates systemd-container
     # Servers the Spin host-interface tests start on loopback (never as services).
     redis-server postgresql mariadb-server mosquitto
+    # The metrics test scrapes the app with a real Prometheus.
+    prometheus
     # componentize-py (Python SDK test apps) runs from a venv.
     python3-venv
     # openssl s_server and the CLI make the TLS test server and its certificates.
@@ -28,7 +30,7 @@ fi
 # demo run their own private instances. Stop the packaged service if some init started it.
 if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
     systemctl disable --now containerd >/dev/null 2>&1 || true
-    systemctl disable --now redis-server postgresql mariadb mosquitto >/dev/null 2>&1 || true
+    systemctl disable --now redis-server postgresql mariadb mosquitto prometheus prometheus-node-exporter >/dev/null 2>&1 || true
 fi
 
 if command -v rustup >/dev/null; then

@@ -20,6 +20,7 @@ pub mod compile_cache;
 pub mod componentize;
 pub mod host;
 pub mod limits;
+pub mod metrics;
 pub mod routing;
 pub mod runtime;
 pub mod server;
@@ -159,9 +160,15 @@ pub async fn run_triggers(
 ) -> anyhow::Result<i32> {
     let http = !app.http_triggers.is_empty() || app.event_triggers.is_empty();
     let cfg = config.clone();
-    let loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
+    let mut loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
         .await
         .context("app loading task failed")??;
+    if let Some(addr) = config.metrics_addr {
+        let m = metrics::Metrics::new(&loaded.app.name);
+        m.loaded(loaded.stats.cache_hits as u64, loaded.stats.compiled as u64);
+        metrics::serve(m.clone(), addr).await?;
+        loaded.metrics = Some(m);
+    }
     let listener = if http {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -65,6 +65,8 @@ pub struct RuntimeConfig {
     pub drain_timeout: Duration,
     /// Where the files of glob-mounted components are staged (a temp dir by default).
     pub staging_dir: Option<PathBuf>,
+    /// Where to serve Prometheus metrics ([`crate::metrics::METRICS_ADDR_ENV`]); `None`: off.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -100,7 +102,17 @@ impl RuntimeConfig {
             })?),
         };
         let limits = Limits::from_env(|k| lookup(env, k).map(str::to_string))?;
+        let metrics_addr = match lookup(env, crate::metrics::METRICS_ADDR_ENV) {
+            None | Some("") => None,
+            Some(v) => Some(v.parse().map_err(|e| {
+                anyhow!(
+                    "{}=`{v}` is not an address like 0.0.0.0:9464: {e}",
+                    crate::metrics::METRICS_ADDR_ENV
+                )
+            })?),
+        };
         Ok(RuntimeConfig {
+            metrics_addr,
             listen,
             max_instance_memory,
             limits,
@@ -220,6 +232,8 @@ pub struct LoadedApp {
     pub stats: LoadStats,
     /// Where components reach their own app (service chaining, self requests).
     pub(crate) chain: Arc<crate::chain::ChainSlot>,
+    /// Prometheus metrics, when [`crate::metrics::METRICS_ADDR_ENV`] is set.
+    pub(crate) metrics: Option<Arc<crate::metrics::Metrics>>,
     _staging: Vec<StagingDir>,
 }
 
@@ -333,6 +347,7 @@ impl LoadedApp {
             limits: config.limits.clone(),
             stats,
             chain,
+            metrics: None,
             _staging: staging,
         })
     }

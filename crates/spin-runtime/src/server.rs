@@ -108,14 +108,27 @@ async fn handle(
             .insert(http::header::HOST, header_value(&local.to_string()));
     }
     add_spin_headers(&mut req, &route, client);
-    match call_component(&app, &component, req).await {
+    let timing = app
+        .metrics
+        .as_ref()
+        .map(|m| (m.start(), std::time::Instant::now()));
+    let resp = match call_component(&app, &component, req).await {
         Ok(r) => r,
         Err(CallError::Deadline) => text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"),
         Err(CallError::Failed(e)) => {
             tracing::error!(component = %component.id, "request failed: {e:#}");
             empty(StatusCode::INTERNAL_SERVER_ERROR)
         }
+    };
+    if let (Some(m), Some((_in_flight, t0))) = (&app.metrics, timing) {
+        m.answered(
+            &component.id,
+            &route.route,
+            resp.status().as_u16(),
+            t0.elapsed().as_secs_f64(),
+        );
     }
+    resp
 }
 
 /// Adds the headers Spin gives every component request.
@@ -203,10 +216,14 @@ where
         .clone();
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
+    let metrics = app.metrics.clone();
     let task = tokio::task::spawn(async move {
         let end = {
             let run = async {
                 let proxy = pre.instantiate_async(&mut store).await?;
+                if let Some(m) = &metrics {
+                    m.instantiated(&id);
+                }
                 proxy
                     .wasi_http_incoming_handler()
                     .call_handle(&mut store, incoming, out)
@@ -234,6 +251,9 @@ where
             }
             TaskEnd::Done(Ok(())) => Ok(()),
             TaskEnd::Done(Err(e)) => {
+                if let Some(m) = &metrics {
+                    m.trapped(&id);
+                }
                 let e = anyhow::Error::from(e);
                 Err(CallError::Failed(
                     match (limiter.refused(), limiter.max()) {
