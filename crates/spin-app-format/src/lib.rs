@@ -19,4 +19,8 @@ pub mod trigger;
 pub use locked::{ContentPath, ContentRef, LockedApp, LockedComponent, LockedTrigger};
 pub use manifest::{LocalApp, LocalFile};
 pub use ordered::OrderedMap;
-pub use trigger::{HttpExecutor, HttpRoute, HttpTriggerConfig, TriggerConfig};
+pub use trigger::{
+    CommandTriggerConfig, CronTriggerConfig, HttpExecutor, HttpRoute, HttpTriggerConfig,
+    MqttTriggerConfig, MqttTriggerMetadata, RedisTriggerConfig, RedisTriggerMetadata,
+    TriggerConfig,
+};

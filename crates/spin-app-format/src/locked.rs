@@ -153,6 +153,22 @@ impl LockedApp {
         self.metadata.get(key).and_then(Value::as_str)
     }
 
+    /// The app-wide settings of one trigger type (`[application.trigger.<type>]`, locked as
+    /// `metadata.triggers.<type>`), typed; `None` when the app has none. Errors name the key.
+    pub fn trigger_metadata<T: serde::de::DeserializeOwned>(
+        &self,
+        trigger_type: &str,
+    ) -> anyhow::Result<Option<T>> {
+        match self.metadata.get("triggers").and_then(|t| t.get(trigger_type)) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {
+                anyhow::anyhow!(
+                    "key `metadata.triggers.{trigger_type}` ([application.trigger.{trigger_type}]): {e}"
+                )
+            }),
+        }
+    }
+
     /// The component with this id.
     pub fn component(&self, id: &str) -> Option<&LockedComponent> {
         self.components.iter().find(|c| c.id == id)

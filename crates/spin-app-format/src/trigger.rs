@@ -1,8 +1,16 @@
-//! Typed views of `trigger_config`. HTTP is typed as Spin's `spin-http` crate defines it
-//! (`HttpTriggerConfig { component, static_response, route, executor }`); every other
-//! trigger type is kept as [`TriggerConfig::Other`] with its JSON, so a runtime that learns
-//! a new trigger (Redis, MQTT, cron, command) adds a variant here without touching the
-//! lock types.
+//! Typed views of `trigger_config` and of the app-wide trigger settings
+//! (`[application.trigger.<type>]`, locked as `metadata.triggers.<type>`), each as its owner
+//! defines it:
+//! - `http`: Spin's `spin-http` crate (`HttpTriggerConfig { component, static_response,
+//!   route, executor }`);
+//! - `redis`: Spin's `trigger-redis` crate (`[application.trigger.redis] address`,
+//!   `[[trigger.redis]] component, channel, address?`);
+//! - `mqtt`: the spin-trigger-mqtt plugin (`[application.trigger.mqtt] address, username,
+//!   password, keep_alive_interval`, `[[trigger.mqtt]] component, topic, qos`);
+//! - `cron`: the spin-trigger-cron plugin (`[[trigger.cron]] component, cron_expression`);
+//! - `command`: the spin-trigger-command plugin (`[[trigger.command]] component`).
+//!
+//! Any other trigger type is kept as [`TriggerConfig::Other`] with its JSON.
 
 use anyhow::{anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -13,12 +21,28 @@ use crate::ordered::OrderedMap;
 
 /// Trigger type of the HTTP trigger.
 pub const HTTP: &str = "http";
+/// Trigger type of the Redis trigger.
+pub const REDIS: &str = "redis";
+/// Trigger type of the MQTT trigger plugin.
+pub const MQTT: &str = "mqtt";
+/// Trigger type of the cron trigger plugin.
+pub const CRON: &str = "cron";
+/// Trigger type of the command trigger plugin.
+pub const COMMAND: &str = "command";
 
 /// The configuration of one trigger, by type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TriggerConfig {
     /// `trigger_type = "http"`.
     Http(HttpTriggerConfig),
+    /// `trigger_type = "redis"`.
+    Redis(RedisTriggerConfig),
+    /// `trigger_type = "mqtt"`.
+    Mqtt(MqttTriggerConfig),
+    /// `trigger_type = "cron"`.
+    Cron(CronTriggerConfig),
+    /// `trigger_type = "command"`.
+    Command(CommandTriggerConfig),
     /// Any other trigger type, untyped.
     Other {
         /// The trigger type.
@@ -31,10 +55,24 @@ pub enum TriggerConfig {
 impl TriggerConfig {
     /// The typed configuration of `trigger`; errors name the trigger and the key.
     pub fn of(trigger: &LockedTrigger) -> anyhow::Result<TriggerConfig> {
+        fn typed<T: serde::de::DeserializeOwned>(trigger: &LockedTrigger) -> anyhow::Result<T> {
+            serde_json::from_value(trigger.trigger_config.clone()).map_err(|e| {
+                anyhow!(
+                    "{} trigger `{}` ([[trigger.{}]]): {e}",
+                    trigger.trigger_type,
+                    trigger.id,
+                    trigger.trigger_type
+                )
+            })
+        }
         match trigger.trigger_type.as_str() {
             HTTP => serde_json::from_value(trigger.trigger_config.clone())
                 .map(TriggerConfig::Http)
                 .map_err(|e| anyhow!("http trigger `{}`: key `trigger_config`: {e}", trigger.id)),
+            REDIS => typed(trigger).map(TriggerConfig::Redis),
+            MQTT => typed(trigger).map(TriggerConfig::Mqtt),
+            CRON => typed(trigger).map(TriggerConfig::Cron),
+            COMMAND => typed(trigger).map(TriggerConfig::Command),
             other => Ok(TriggerConfig::Other {
                 trigger_type: other.to_string(),
                 config: trigger.trigger_config.clone(),
@@ -46,8 +84,99 @@ impl TriggerConfig {
     pub fn component(&self) -> Option<&str> {
         match self {
             TriggerConfig::Http(h) => h.component.as_deref(),
+            TriggerConfig::Redis(r) => Some(&r.component),
+            TriggerConfig::Mqtt(m) => Some(&m.component),
+            TriggerConfig::Cron(c) => Some(&c.component),
+            TriggerConfig::Command(c) => Some(&c.component),
             TriggerConfig::Other { config, .. } => config.get("component").and_then(Value::as_str),
         }
+    }
+}
+
+/// `[[trigger.redis]]` as Spin's Redis trigger reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTriggerConfig {
+    /// The component handling messages (it exports `fermyon:spin/inbound-redis`).
+    pub component: String,
+    /// The channel to subscribe to (may hold `{{ variable }}` templates).
+    pub channel: String,
+    /// The server, overriding `[application.trigger.redis] address` (may hold templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// `[application.trigger.redis]`: the default server of every Redis trigger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTriggerMetadata {
+    /// A `redis://host:port` URL (may hold `{{ variable }}` templates).
+    #[serde(default)]
+    pub address: String,
+}
+
+/// `[[trigger.mqtt]]` as the spin-trigger-mqtt plugin reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttTriggerConfig {
+    /// The component handling messages (it exports `handle-message` of
+    /// `spin:mqtt-trigger`'s `spin-mqtt` world).
+    pub component: String,
+    /// The topic (filter) to subscribe to (may hold `{{ variable }}` templates).
+    pub topic: String,
+    /// QoS of the subscription: `"0"`, `"1"` or `"2"` (the plugin writes a string; a number
+    /// is accepted too).
+    #[serde(deserialize_with = "string_or_number")]
+    pub qos: String,
+}
+
+/// `[application.trigger.mqtt]`: the broker and session settings of every MQTT trigger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttTriggerMetadata {
+    /// `mqtt://host:port` (may hold templates).
+    #[serde(default)]
+    pub address: String,
+    /// User name; empty for none (may hold templates).
+    #[serde(default)]
+    pub username: String,
+    /// Password (may hold templates).
+    #[serde(default)]
+    pub password: String,
+    /// Keep-alive interval in seconds, as a string (`"30"`) as the plugin writes it.
+    #[serde(default, deserialize_with = "string_or_number")]
+    pub keep_alive_interval: String,
+}
+
+/// `[[trigger.cron]]` as the spin-trigger-cron plugin reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CronTriggerConfig {
+    /// The component run on each tick (it exports `handle-cron-event` of
+    /// `fermyon:spin-cron@2.0.0`).
+    pub component: String,
+    /// Six fields with seconds first (`sec min hour day-of-month month day-of-week`), e.g.
+    /// `"*/2 * * * * *"`.
+    pub cron_expression: String,
+}
+
+/// `[[trigger.command]]` as the spin-trigger-command plugin reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandTriggerConfig {
+    /// The component whose `wasi:cli/run` is run.
+    pub component: String,
+}
+
+/// A string, or a number written where the owner expects its string form.
+fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        Value::Number(n) => Ok(n.to_string()),
+        other => Err(D::Error::custom(format!(
+            "expected a string such as \"1\", found {other}"
+        ))),
     }
 }
 
@@ -260,14 +389,80 @@ mod tests {
         assert!(http(json!({"route": "/", "component": "c", "extra": 1})).is_err());
         let other = TriggerConfig::of(&LockedTrigger {
             id: "r".into(),
-            trigger_type: "redis".into(),
-            trigger_config: json!({"channel": "x", "component": "c"}),
+            trigger_type: "sqs".into(),
+            trigger_config: json!({"queue_url": "x", "component": "c"}),
             trigger_dependencies: Default::default(),
         })
         .unwrap();
         assert_eq!(other.component(), Some("c"));
         assert!(
-            matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "redis")
+            matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "sqs")
         );
+    }
+
+    fn of(trigger_type: &str, config: Value) -> anyhow::Result<TriggerConfig> {
+        TriggerConfig::of(&LockedTrigger {
+            id: "t".into(),
+            trigger_type: trigger_type.into(),
+            trigger_config: config,
+            trigger_dependencies: Default::default(),
+        })
+    }
+
+    #[test]
+    fn event_triggers_typed_as_their_owners_define_them() {
+        let TriggerConfig::Redis(r) =
+            of("redis", json!({"channel": "ch", "component": "c"})).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((r.channel.as_str(), r.address), ("ch", None));
+        let TriggerConfig::Mqtt(m) = of(
+            "mqtt",
+            json!({"component": "c", "topic": "t/#", "qos": "1"}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(m.qos, "1");
+        let TriggerConfig::Mqtt(m) =
+            of("mqtt", json!({"component": "c", "topic": "t", "qos": 2})).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(m.qos, "2");
+        let TriggerConfig::Cron(c) = of(
+            "cron",
+            json!({"component": "c", "cron_expression": "*/2 * * * * *"}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.cron_expression, "*/2 * * * * *");
+        assert!(matches!(
+            of("command", json!({"component": "c"})).unwrap(),
+            TriggerConfig::Command(_)
+        ));
+        // Missing and unknown keys are errors naming the trigger and the key.
+        let e = of("redis", json!({"component": "c"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[[trigger.redis]]") && e.contains("channel"),
+            "{e}"
+        );
+        let e = of(
+            "cron",
+            json!({"component": "c", "cron_expression": "* * * * * *", "x": 1}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown field `x`"), "{e}");
+        let meta: MqttTriggerMetadata = serde_json::from_value(json!({
+            "address": "mqtt://127.0.0.1:1883", "username": "u", "password": "p",
+            "keep_alive_interval": "30"
+        }))
+        .unwrap();
+        assert_eq!(meta.keep_alive_interval, "30");
     }
 }

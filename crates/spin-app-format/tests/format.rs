@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use spin_app_format::locked::sha256_digest;
 use spin_app_format::{manifest, HttpRoute, LockedApp, TriggerConfig};
 
@@ -294,7 +294,7 @@ fn manifest_errors_name_file_key_and_reason() {
 }
 
 #[test]
-fn trigger_types_other_than_http_stay_generic() {
+fn redis_trigger_and_its_app_settings_are_typed() {
     let d = tempfile::tempdir().unwrap();
     let base = d.path().canonicalize().unwrap();
     write(&base, &[("c.wasm", b"")]);
@@ -309,18 +309,18 @@ fn trigger_types_other_than_http_stay_generic() {
     );
     assert_eq!(lock.triggers[0].id, "c-redis-trigger");
     match TriggerConfig::of(&lock.triggers[0]).unwrap() {
-        TriggerConfig::Other {
-            trigger_type,
-            config,
-        } => {
-            assert_eq!(trigger_type, "redis");
-            assert_eq!(
-                config,
-                json!({"channel": "orders", "component": "c"}) as Value
-            );
+        TriggerConfig::Redis(r) => {
+            assert_eq!((r.component.as_str(), r.channel.as_str()), ("c", "orders"));
         }
         other => panic!("{other:?}"),
     }
+    let meta: spin_app_format::RedisTriggerMetadata =
+        lock.trigger_metadata("redis").unwrap().unwrap();
+    assert_eq!(meta.address, "redis://localhost");
+    assert!(lock
+        .trigger_metadata::<spin_app_format::MqttTriggerMetadata>("mqtt")
+        .unwrap()
+        .is_none());
 }
 
 #[test]

@@ -50,11 +50,11 @@ pub const MEDIA_TYPE_ARCHIVE_LAYER: &str = "application/vnd.wasm.content.bundle.
 /// Single-layer component form.
 pub const MEDIA_TYPE_WASM: &str = "application/wasm";
 
-/// Whether the container is an artifact candidate: command `/` and no `/spin.toml` in
-/// the rootfs (looked up as the container would see it, links confined to the rootfs).
+/// Whether the container is an artifact candidate: command `/` (then a command trigger's
+/// arguments, if any) and no `/spin.toml` in the rootfs (looked up as the container would
+/// see it, links confined to the rootfs).
 pub fn wants_artifact(args: &[String], rootfs: &Dir) -> bool {
-    args.len() == 1
-        && args[0] == "/"
+    args.first().map(String::as_str) == Some("/")
         && !rootfs
             .exists_in_root(Path::new("spin.toml"))
             .unwrap_or(false)

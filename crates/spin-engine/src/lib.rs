@@ -66,14 +66,14 @@ impl Engine for SpinEngine {
         ))
     }
 
-    /// For command `/`: materialises a Spin OCI artifact from containerd's content store
-    /// (if the rootfs has no `/spin.toml`) into [`SPIN_APP_DIR`] under the container's
-    /// state root, compiles the app's components into the node's cache, and gives the
-    /// container read-only access to both (see [`cache_mount`]). Other containers are
-    /// left alone.
+    /// For command `/` (then a command trigger's arguments, if any): materialises a Spin
+    /// OCI artifact from containerd's content store (if the rootfs has no `/spin.toml`) into
+    /// [`SPIN_APP_DIR`] under the container's state root, compiles the app's components into
+    /// the node's cache, and gives the container read-only access to both (see
+    /// [`cache_mount`]). Other containers are left alone.
     async fn prepare(&self, p: &mut Prepare<'_>) -> anyhow::Result<()> {
         let args = p.args();
-        if args.len() != 1 || args[0] != "/" {
+        if args.first().map(String::as_str) != Some("/") {
             return Ok(());
         }
         let id = p.id;
@@ -122,9 +122,14 @@ impl Engine for SpinEngine {
     }
 
     /// Runs the app; the Spin runtime installs its own SIGTERM/SIGINT handling (graceful
-    /// drain, exit 0).
+    /// drain, exit 0). The arguments after `/` go to a command trigger, whose exit code is
+    /// the container's.
     fn run(&self, entry: &Entrypoint) -> i32 {
-        match run_spin(entry.root, entry.env) {
+        match run_spin(
+            entry.root,
+            entry.env,
+            entry.args.get(1..).unwrap_or_default(),
+        ) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("Error: {e:#}");
@@ -161,13 +166,14 @@ fn load_artifact(app_dir: &Path) -> anyhow::Result<Option<App>> {
 }
 
 /// Runs the Spin app in the container: the materialised artifact if present, else
-/// `/spin.toml`.
-fn run_spin(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+/// `/spin.toml`; `args` go to a command trigger.
+fn run_spin(app_dir: &Path, env: &[(String, String)], args: &[String]) -> anyhow::Result<i32> {
     spin_runtime::init_tracing(env);
-    match load_artifact(app_dir)? {
-        Some(app) => spin_runtime::run_app(app, app_dir, env),
-        None => spin_runtime::run_in_container(app_dir, env),
-    }
+    let app = match load_artifact(app_dir)? {
+        Some(app) => app,
+        None => spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))?,
+    };
+    spin_runtime::run_app_with_args(app, app_dir, env, args)
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! WASI preview 1 core modules made into components at load, as Spin does
-//! (`spin-componentize`): the module is wrapped with the WASI preview1 adapter (the reactor
-//! adapter wasmtime publishes as `wasi-preview1-component-adapter-provider`) by
-//! `wit-component`'s encoder. `spin new http-rust` (Spin 2.7-3.6) and spin-sdk 3.x/5.x apps
-//! built for `wasm32-wasip1` are such modules: wit-bindgen already embedded their world
-//! (`component-type` custom section), the adapter supplies preview 1 on top of WASI 0.2.
+//! (`spin-componentize`): the module is wrapped with the WASI preview1 adapter (the adapters
+//! wasmtime publishes as `wasi-preview1-component-adapter-provider`) by `wit-component`'s
+//! encoder. `spin new http-rust` (Spin 2.7-3.6) and spin-sdk 3.x/5.x apps built for
+//! `wasm32-wasip1` are such modules: wit-bindgen already embedded their world
+//! (`component-type` custom section), the reactor adapter supplies preview 1 on top of WASI
+//! 0.2. As in Spin, a module that exports `_start` and embeds no world (a plain `fn main`
+//! built for `wasm32-wasip1`, e.g. for a command trigger) gets the command adapter, which
+//! exports its `_start` as `wasi:cli/run`.
 
 use anyhow::Context;
 
@@ -15,19 +18,42 @@ pub fn is_core_module(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
 }
 
-/// The component made from core module `module` with the preview1 reactor adapter.
-/// Errors name `id` and what the encoder refused (e.g. a module without embedded
-/// component type information, or preview1 functions the adapter lacks).
+/// Whether core module `module` is a plain WASI command: it exports a `_start` function and
+/// embeds no component type (no wit-bindgen world). Unparsable bytes are not.
+pub fn is_plain_command(module: &[u8]) -> bool {
+    let mut start = false;
+    let mut world = false;
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        match payload {
+            Ok(wasmparser::Payload::ExportSection(exports)) => {
+                start |= exports.into_iter().any(|e| {
+                    e.is_ok_and(|e| e.name == "_start" && e.kind == wasmparser::ExternalKind::Func)
+                })
+            }
+            Ok(wasmparser::Payload::CustomSection(c)) => {
+                world |= c.name().starts_with("component-type")
+            }
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    start && !world
+}
+
+/// The component made from core module `module` with the preview1 adapter: the command
+/// adapter for a plain command ([`is_plain_command`]), else the reactor adapter. Errors name
+/// `id` and what the encoder refused (e.g. a module without embedded component type
+/// information, or preview1 functions the adapter lacks).
 pub fn componentize(module: &[u8], id: &str) -> anyhow::Result<Vec<u8>> {
+    let adapter = if is_plain_command(module) {
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER
+    } else {
+        wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER
+    };
     wit_component::ComponentEncoder::default()
         .validate(true)
         .module(module)
-        .and_then(|e| {
-            e.adapter(
-                ADAPTER_NAME,
-                wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_REACTOR_ADAPTER,
-            )
-        })
+        .and_then(|e| e.adapter(ADAPTER_NAME, adapter))
         .and_then(|mut e| e.encode())
         .with_context(|| {
             format!(

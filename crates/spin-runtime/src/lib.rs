@@ -4,6 +4,8 @@
 //! - [`routing`]: Spin's HTTP route matching.
 //! - [`runtime`]: engine, compile cache use, pre-instantiated components.
 //! - [`server`]: the HTTP trigger (Spin headers, built-in endpoints, graceful shutdown).
+//! - [`trigger`]: the Redis, MQTT, cron and command triggers, and all triggers running
+//!   together.
 //! - [`compile_cache`]: on-disk cache of compiled components (shared with the image loader).
 //! - [`componentize`]: wasip1 core modules made into components with the preview1 adapter.
 //! - [`host`]: host features (variables, key-value, outbound HTTP allow-list).
@@ -25,6 +27,7 @@ pub mod routing;
 pub mod runtime;
 pub mod server;
 mod state;
+pub mod trigger;
 
 use std::future::Future;
 use std::path::Path;
@@ -85,7 +88,18 @@ pub fn apply_deployment_env(app: &mut App, env: &[(String, String)]) -> anyhow::
 /// Like [`run_in_container`] for an app already loaded (e.g. from a locked-app JSON).
 /// `SPIN_COMPONENTS_TO_RETAIN` in `env` selects the components to serve
 /// ([`App::retain_components`]).
-pub fn run_app(mut app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+pub fn run_app(app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+    run_app_with_args(app, app_dir, env, &[])
+}
+
+/// As [`run_app`]; `args` (the container's arguments after `/`) go to a command trigger's
+/// guest, whose exit code is returned.
+pub fn run_app_with_args(
+    mut app: App,
+    app_dir: &Path,
+    env: &[(String, String)],
+    args: &[String],
+) -> anyhow::Result<i32> {
     init_tracing(env);
     apply_deployment_env(&mut app, env)?;
     let config = RuntimeConfig::from_env(app_dir, env)?;
@@ -96,17 +110,19 @@ pub fn run_app(mut app: App, app_dir: &Path, env: &[(String, String)]) -> anyhow
         .context("cannot start the tokio runtime")?;
     runtime.block_on(async move {
         let shutdown = shutdown_signal()?;
-        serve_app(
+        run_triggers(
             app,
             &config,
+            args,
             |addr| {
-                tracing::info!("Serving http://{addr}");
+                if let Some(addr) = addr {
+                    tracing::info!("Serving http://{addr}");
+                }
             },
             shutdown,
         )
         .await
-    })?;
-    Ok(0)
+    })
 }
 
 /// Loads `app`, binds `config.listen`, calls `on_listening` with the bound address, and
@@ -117,6 +133,34 @@ pub async fn serve_app(
     on_listening: impl FnOnce(std::net::SocketAddr),
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let mut on_listening = Some(on_listening);
+    run_triggers(
+        app,
+        config,
+        &[],
+        |addr| {
+            if let (Some(addr), Some(f)) = (addr, on_listening.take()) {
+                f(addr)
+            }
+        },
+        shutdown,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Loads `app` and runs all its triggers ([`trigger::run`]) until `shutdown` completes or
+/// its command trigger exits; returns the command's exit code, else 0. The HTTP listener
+/// (`config.listen`) is bound when the app has HTTP triggers or no other trigger; then
+/// `on_ready` gets its address, otherwise `None`. Must run inside a tokio runtime.
+pub async fn run_triggers(
+    app: App,
+    config: &RuntimeConfig,
+    args: &[String],
+    on_ready: impl FnOnce(Option<std::net::SocketAddr>),
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<i32> {
+    let http = !app.http_triggers.is_empty() || app.event_triggers.is_empty();
     let cfg = config.clone();
     let mut loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
         .await
@@ -127,17 +171,21 @@ pub async fn serve_app(
         metrics::serve(m.clone(), addr).await?;
         loaded.metrics = Some(m);
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (set {} to a free address)",
-                config.listen,
-                runtime::LISTEN_ENV
-            )
-        })?;
-    on_listening(listener.local_addr()?);
-    server::serve(Arc::new(loaded), listener, shutdown, config.drain_timeout).await
+    let listener = if http {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (set {} to a free address)",
+                    config.listen,
+                    runtime::LISTEN_ENV
+                )
+            })?;
+        Some(listener)
+    } else {
+        None
+    };
+    trigger::run(Arc::new(loaded), config, listener, args, on_ready, shutdown).await
 }
 
 /// A future completing on the first SIGTERM or SIGINT. Installing the handlers matters

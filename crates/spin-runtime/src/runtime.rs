@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use wasmtime::component::{Component as WasmComponent, Linker, ResourceTable};
+use wasmtime::component::{Component as WasmComponent, InstancePre, Linker, ResourceTable};
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -201,7 +201,10 @@ type Preopens = Vec<(PathBuf, String)>;
 /// A component ready to serve: pre-instantiated, with its env, preopens and host state.
 pub(crate) struct PreparedComponent {
     pub(crate) id: String,
-    pre: ProxyPre<InstanceState>,
+    /// The HTTP handler, for components an HTTP trigger routes to.
+    pre: Option<ProxyPre<InstanceState>>,
+    /// The component pre-instantiated, for the other triggers' exports.
+    pub(crate) instance_pre: InstancePre<InstanceState>,
     env: Vec<(String, String)>,
     /// (host dir, guest path), mounted read-only.
     preopens: Preopens,
@@ -246,7 +249,9 @@ impl Drop for StagingDir {
 impl LoadedApp {
     /// Compiles (or loads from cache) and pre-instantiates every component, builds the
     /// router and the host state. Fails naming the component on a bad source, a missing
-    /// import, or a component without a `wasi:http/incoming-handler@0.2.x` export.
+    /// import, or a component an HTTP trigger routes to without a
+    /// `wasi:http/incoming-handler@0.2.x` export (other triggers' exports are checked by
+    /// [`crate::trigger`]).
     pub fn load(app: App, config: &RuntimeConfig) -> anyhow::Result<LoadedApp> {
         let engine = engine_with_memory_cap(
             crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
@@ -262,6 +267,11 @@ impl LoadedApp {
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
+        let http_components: std::collections::HashSet<&str> = app
+            .http_triggers
+            .iter()
+            .map(|t| t.component.as_str())
+            .collect();
         for component in app.components.values() {
             let bytes = component.source.read().with_context(|| {
                 format!("component `{}`: cannot read its Wasm source", component.id)
@@ -280,19 +290,27 @@ impl LoadedApp {
                     c
                 }
             };
-            check_exports(engine, &wasm, &component.id)?;
-            let pre = linker.instantiate_pre(&wasm).map_err(|e| {
-                match host::link_error(engine, &wasm, &component.id) {
-                    Some(msg) => anyhow!("{msg}"),
-                    None => anyhow!("component `{}` cannot be linked: {e:#}", component.id),
-                }
-            })?;
-            let pre = ProxyPre::new(pre).map_err(|e| {
-                anyhow!(
-                    "component `{}`: not a wasi:http handler: {e:#}",
-                    component.id
-                )
-            })?;
+            let http = http_components.contains(component.id.as_str());
+            if http {
+                check_exports(engine, &wasm, &component.id)?;
+            }
+            let instance_pre =
+                linker.instantiate_pre(&wasm).map_err(|e| {
+                    match host::link_error(engine, &wasm, &component.id) {
+                        Some(msg) => anyhow!("{msg}"),
+                        None => anyhow!("component `{}` cannot be linked: {e:#}", component.id),
+                    }
+                })?;
+            let pre = if http {
+                Some(ProxyPre::new(instance_pre.clone()).map_err(|e| {
+                    anyhow!(
+                        "component `{}`: not a wasi:http handler: {e:#}",
+                        component.id
+                    )
+                })?)
+            } else {
+                None
+            };
             let (preopens, dir) = prepare_files(component, config)?;
             staging.extend(dir);
             let mut host = HostState::new(component, &app, &config.host)
@@ -303,6 +321,7 @@ impl LoadedApp {
                 Arc::new(PreparedComponent {
                     id: component.id.clone(),
                     pre,
+                    instance_pre,
                     env: component
                         .environment
                         .iter()
@@ -338,8 +357,23 @@ impl LoadedApp {
         &self,
         component: &PreparedComponent,
     ) -> anyhow::Result<Store<InstanceState>> {
+        self.new_store_with(component, &[], false)
+    }
+
+    /// As [`Self::new_store`], with the guest's `args` and, if `stdin`, the process's
+    /// standard input (for a command trigger).
+    pub(crate) fn new_store_with(
+        &self,
+        component: &PreparedComponent,
+        args: &[String],
+        stdin: bool,
+    ) -> anyhow::Result<Store<InstanceState>> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.inherit_stdout().inherit_stderr().envs(&component.env);
+        wasi.args(args);
+        if stdin {
+            wasi.inherit_stdin();
+        }
         for (host_dir, guest) in &component.preopens {
             wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
                 .map_err(anyhow::Error::from)
@@ -358,7 +392,7 @@ impl LoadedApp {
             limits: MemoryLimiter::new(self.max_instance_memory),
             host: component.host.clone(),
         };
-        let mut store = Store::new(component.pre.engine(), state);
+        let mut store = Store::new(component.instance_pre.engine(), state);
         store.limiter(|s| &mut s.limits);
         // A busy guest yields to the executor at every epoch tick, so it never holds a
         // worker thread; the request deadline is enforced around the call (server.rs).
@@ -372,9 +406,9 @@ impl LoadedApp {
         Ok(store)
     }
 
-    /// The pre-instantiated proxy of a component.
-    pub(crate) fn proxy_pre(component: &PreparedComponent) -> &ProxyPre<InstanceState> {
-        &component.pre
+    /// The pre-instantiated proxy of a component an HTTP trigger routes to.
+    pub(crate) fn proxy_pre(component: &PreparedComponent) -> Option<&ProxyPre<InstanceState>> {
+        component.pre.as_ref()
     }
 }
 

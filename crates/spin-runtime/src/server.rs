@@ -211,7 +211,9 @@ where
         .http()
         .new_response_outparam(sender)
         .map_err(anyhow::Error::from)?;
-    let pre = LoadedApp::proxy_pre(component).clone();
+    let pre = LoadedApp::proxy_pre(component)
+        .ok_or_else(|| anyhow!("component `{}` is not an HTTP component", component.id))?
+        .clone();
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();

@@ -170,8 +170,12 @@ fn manifest_errors_name_file_key_and_reason() {
         ),
         ("[application]\nname = \"x\"\n", &["spin_manifest_version", "missing"]),
         (
-            "[[trigger.redis]]\nchannel = \"x\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n",
-            &["trigger.redis", "`redis` is not supported"],
+            "[[trigger.kinesis]]\nstream = \"x\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n",
+            &["trigger.kinesis", "`kinesis` is not supported"],
+        ),
+        (
+            "[[trigger.sqs]]\nqueue_url = \"x\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n",
+            &["[[trigger.sqs]]", "Amazon SQS"],
         ),
         (
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"missing\"\n",
@@ -344,9 +348,9 @@ fn locked_app_errors_name_the_problem() {
         (
             "trigger type",
             (
-                (|v: &mut serde_json::Value| v["triggers"][0]["trigger_type"] = "redis".into())
+                (|v: &mut serde_json::Value| v["triggers"][0]["trigger_type"] = "kinesis".into())
                     as Edit,
-                "`redis` is not supported",
+                "`kinesis` is not supported",
             ),
         ),
         (

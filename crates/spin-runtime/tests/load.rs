@@ -48,6 +48,7 @@ fn one_component_app(source: &[u8]) -> App {
             static_response: None,
         }],
         components: BTreeMap::from([("c".to_string(), component)]),
+        event_triggers: Default::default(),
         oci_image_digest: None,
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Context};
 use spin_app_format::locked::WASM_CONTENT_TYPE;
 use spin_app_format::{ContentRef, HttpExecutor, LockedApp, TriggerConfig};
 
-use super::{App, Component, Content, FileMount, HttpTrigger, Variable};
+use super::{App, Component, Content, EventTriggers, FileMount, HttpTrigger, Trigger, Variable};
 
 /// Maps locked-app content references (`source` and/or `digest`) to bytes or host paths.
 /// The shim implements it over the artifact it materialised; [`FileUrlResolver`] handles
@@ -74,13 +74,25 @@ pub(super) fn convert(
         .to_string();
 
     let mut http_triggers = Vec::new();
+    let mut event_triggers = EventTriggers::default();
     for t in &lock.triggers {
+        let id = t.id.clone();
         match TriggerConfig::of(t).map_err(|e| anyhow!("{origin}: {e:#}"))? {
-            TriggerConfig::Other { trigger_type, .. } => bail!(
-                "{origin}: trigger `{}` ([[trigger.{trigger_type}]]): trigger type `{trigger_type}` \
-                 is not supported by this runtime (only `http` is)",
+            TriggerConfig::Other { trigger_type, .. } if trigger_type == "sqs" => bail!(
+                "{origin}: trigger `{}` ([[trigger.sqs]]): the SQS trigger needs Amazon SQS (AWS), \
+                 which this runtime does not connect to; remove the [[trigger.sqs]] entry, or \
+                 run this app with Spin and its trigger-sqs plugin",
                 t.id
             ),
+            TriggerConfig::Other { trigger_type, .. } => bail!(
+                "{origin}: trigger `{}` ([[trigger.{trigger_type}]]): trigger type `{trigger_type}` \
+                 is not supported by this runtime (supported: http, redis, mqtt, cron, command)",
+                t.id
+            ),
+            TriggerConfig::Redis(config) => event_triggers.redis.push(Trigger { id, config }),
+            TriggerConfig::Mqtt(config) => event_triggers.mqtt.push(Trigger { id, config }),
+            TriggerConfig::Cron(config) => event_triggers.cron.push(Trigger { id, config }),
+            TriggerConfig::Command(config) => event_triggers.command.push(Trigger { id, config }),
             TriggerConfig::Http(h) => {
                 h.check(&t.id).map_err(|e| anyhow!("{origin}: {e}"))?;
                 match &h.executor {
@@ -102,6 +114,7 @@ pub(super) fn convert(
         }
     }
 
+    event_triggers.read_settings(&lock, origin)?;
     let version = lock.metadata_str("version").map(str::to_string);
     let description = lock.metadata_str("description").map(str::to_string);
     let mut components = BTreeMap::new();
@@ -177,6 +190,7 @@ pub(super) fn convert(
         description,
         variables,
         http_triggers,
+        event_triggers,
         components,
         oci_image_digest: None,
     };

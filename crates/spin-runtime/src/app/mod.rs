@@ -5,6 +5,7 @@
 //! (from a Spin OCI artifact or `spin up`) is parsed by it ([`App::from_locked_json`]);
 //! [`App::from_locked`] turns the lock into this model, refusing what the runtime cannot run.
 
+mod events;
 mod locked;
 mod retain;
 
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use crate::routing::HttpTrigger;
+pub use events::{EventTriggers, Trigger};
 pub use locked::{ContentResolver, FileUrlResolver};
 pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
 pub use spin_app_format::manifest::template_references;
@@ -34,6 +36,8 @@ pub struct App {
     pub variables: BTreeMap<String, Variable>,
     /// HTTP triggers in manifest order (later duplicates win at routing time).
     pub http_triggers: Vec<HttpTrigger>,
+    /// Redis, MQTT, cron and command triggers.
+    pub event_triggers: EventTriggers,
     /// Components by id.
     pub components: BTreeMap<String, Component>,
     /// Digest of the OCI image the app came from, shown by `/.well-known/spin/info`.
@@ -219,6 +223,15 @@ impl App {
                 })?;
             }
         }
+        for (id, trigger_type, component) in self.event_triggers.components() {
+            if !self.components.contains_key(component) {
+                anyhow::bail!(
+                    "{origin}: {trigger_type} trigger `{id}` names component `{component}`, which \
+                     is not defined (add a [component.{component}] table)"
+                );
+            }
+        }
+        self.event_triggers.validate(origin)?;
         for component in self.components.values() {
             for (key, template) in &component.variables {
                 spin_app_format::manifest::validate_id(key, '_', true).map_err(|e| {

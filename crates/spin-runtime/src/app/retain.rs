@@ -79,10 +79,16 @@ impl App {
         }
         self.http_triggers
             .retain(|t| keep.contains(t.component.as_str()));
+        self.event_triggers.retain(|c| keep.contains(c));
         let used: BTreeSet<String> = self
             .http_triggers
             .iter()
             .map(|t| t.component.clone())
+            .chain(
+                self.event_triggers
+                    .components()
+                    .map(|(_, _, c)| c.to_string()),
+            )
             .collect();
         self.components.retain(|id, _| used.contains(id));
         Ok(())

@@ -1,10 +1,13 @@
-//! `spin-serve <app-dir | spin.toml | locked-app.json> [--listen ADDR]`: serves a Spin
-//! app (a directory holding `spin.toml`, a manifest, or a locked-app JSON whose content
-//! is referenced by `file://` URL or inline) on a local port without containerd, for
-//! development, tests and benchmarks.
+//! `spin-serve <app-dir | spin.toml | locked-app.json> [--listen ADDR] [-- ARGS...]`: runs
+//! a Spin app (a directory holding `spin.toml`, a manifest, or a locked-app JSON whose
+//! content is referenced by `file://` URL or inline) without containerd, for development,
+//! tests and benchmarks: its HTTP triggers on a local port, and its Redis, MQTT, cron and
+//! command triggers.
 //!
 //! Prints `spin-serve: listening on http://ADDR` on stdout once the port is bound (with
-//! `--listen 127.0.0.1:0` a free port is chosen). SIGTERM/SIGINT drain and exit 0.
+//! `--listen 127.0.0.1:0` a free port is chosen), and `spin-serve: ready` once every
+//! trigger runs. SIGTERM/SIGINT drain and exit 0. A command trigger gets `ARGS` and the
+//! process exits with its exit code.
 //!
 //! Like `spin up`, a `.env` file in the app directory supplies `SPIN_VARIABLE_<NAME>` values
 //! that the process environment does not set (Spin's env variables provider falls back to
@@ -14,7 +17,7 @@ use std::path::PathBuf;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: spin-serve <app-dir | spin.toml | locked-app.json> [--listen 127.0.0.1:PORT]"
+        "usage: spin-serve <app-dir | spin.toml | locked-app.json> [--listen 127.0.0.1:PORT] [-- ARGS...]"
     );
     std::process::exit(2)
 }
@@ -23,9 +26,14 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut app_dir: Option<PathBuf> = None;
     let mut listen: Option<String> = None;
+    let mut guest_args: Vec<String> = Vec::new();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--listen" => listen = Some(args.next().unwrap_or_else(|| usage())),
+            "--" => {
+                guest_args = args.by_ref().collect();
+                break;
+            }
             "-h" | "--help" => usage(),
             _ if app_dir.is_none() => app_dir = Some(PathBuf::from(arg)),
             _ => usage(),
@@ -36,7 +44,7 @@ fn main() {
     if let Some(l) = listen {
         env.push((spin_runtime::runtime::LISTEN_ENV.to_string(), l));
     }
-    match run(&source, &env) {
+    match run(&source, &env, &guest_args) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("spin-serve: {e:#}");
@@ -45,7 +53,11 @@ fn main() {
     }
 }
 
-fn run(source: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32> {
+fn run(
+    source: &std::path::Path,
+    env: &[(String, String)],
+    guest_args: &[String],
+) -> anyhow::Result<i32> {
     use anyhow::Context;
     spin_runtime::init_tracing(env);
     let (app, app_dir) = if source.is_dir() {
@@ -78,19 +90,22 @@ fn run(source: &std::path::Path, env: &[(String, String)]) -> anyhow::Result<i32
         .context("cannot start the tokio runtime")?;
     runtime.block_on(async {
         let shutdown = spin_runtime::shutdown_signal()?;
-        spin_runtime::serve_app(
+        spin_runtime::run_triggers(
             app,
             &config,
+            guest_args,
             |addr| {
                 use std::io::Write;
-                println!("spin-serve: listening on http://{addr}");
+                if let Some(addr) = addr {
+                    println!("spin-serve: listening on http://{addr}");
+                }
+                println!("spin-serve: ready");
                 let _ = std::io::stdout().flush();
             },
             shutdown,
         )
         .await
-    })?;
-    Ok(0)
+    })
 }
 
 /// The `SPIN_VARIABLE_*` entries of `app_dir/.env` not already in `env` (none if there is no

@@ -186,6 +186,17 @@ impl Default for HostState {
     }
 }
 
+/// Every application variable resolved as components see them (runtime-config providers >
+/// container env `NAME` > `SPIN_VARIABLE_NAME` > default), for settings outside components
+/// such as trigger addresses.
+pub(crate) fn resolve_app_variables(
+    app: &App,
+    ctx: &HostContext,
+) -> anyhow::Result<std::collections::BTreeMap<String, variables::Resolved>> {
+    let runtime = load_runtime_config(ctx)?;
+    variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)
+}
+
 impl HostState {
     /// Builds the state for `component` of `app`; `ctx` gives the container env and app
     /// directory.

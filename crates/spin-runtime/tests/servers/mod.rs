@@ -20,6 +20,8 @@ pub struct ServerProcess {
     /// Its loopback port.
     pub port: u16,
     child: Child,
+    /// The command line it was started with (for [`ServerProcess::restart`]).
+    argv: Vec<std::ffi::OsString>,
     stop_signal: &'static str,
     /// Data dir (removed after the process is gone).
     pub dir: tempfile::TempDir,
@@ -56,8 +58,19 @@ impl ServerProcess {
     }
 }
 
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
+impl ServerProcess {
+    /// Stops the server (as on drop) and starts it again with the same command line, port
+    /// and data dir; returns once it accepts connections again.
+    pub fn restart(&mut self) {
+        let mut cmd = Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..]);
+        self.stop();
+        self.child = spawn(self.name, cmd, self.dir.path());
+        self.wait_ready(tcp_ready);
+    }
+
+    /// Stops the server by its pid (SIGKILL after 15 s).
+    pub fn stop(&mut self) {
         let pid = self.child.id().to_string();
         if self.child.try_wait().ok().flatten().is_none() {
             let _ = Command::new("kill")
@@ -73,6 +86,12 @@ impl Drop for ServerProcess {
                 let _ = self.child.wait();
             }
         }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -96,6 +115,13 @@ fn tcp_ready(s: &ServerProcess) -> bool {
 fn log_file(dir: &Path) -> (Stdio, Stdio) {
     let f = std::fs::File::create(dir.join("server.log")).unwrap();
     (f.try_clone().unwrap().into(), f.into())
+}
+
+fn argv_of(cmd: &Command) -> Vec<std::ffi::OsString> {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_os_string())
+        .collect()
 }
 
 fn spawn(name: &'static str, mut cmd: Command, dir: &Path) -> Child {
@@ -134,11 +160,13 @@ pub fn redis() -> ServerProcess {
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
         .arg(dir.path());
+    let argv = argv_of(&cmd);
     let child = spawn("redis-server", cmd, dir.path());
     let mut s = ServerProcess {
         name: "redis-server",
         port,
         child,
+        argv,
         stop_signal: "TERM",
         dir,
     };
@@ -196,11 +224,13 @@ pub fn postgres() -> ServerProcess {
         .arg("-k")
         .arg(dir.path())
         .args(["-c", "fsync=off"]);
+    let argv = argv_of(&cmd);
     let child = spawn("postgres", cmd, dir.path());
     let mut s = ServerProcess {
         name: "postgres",
         port,
         child,
+        argv,
         // Fast shutdown: ends client sessions.
         stop_signal: "INT",
         dir,
@@ -247,11 +277,13 @@ pub fn mariadb() -> ServerProcess {
         ))
         .args(["--bind-address=127.0.0.1", &format!("--port={port}")])
         .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"]);
+    let argv = argv_of(&cmd);
     let child = spawn("mariadbd", cmd, dir.path());
     let mut s = ServerProcess {
         name: "mariadbd",
         port,
         child,
+        argv,
         stop_signal: "TERM",
         dir,
     };
@@ -282,11 +314,13 @@ pub fn mosquitto() -> ServerProcess {
     .unwrap();
     let mut cmd = Command::new(bin);
     cmd.arg("-c").arg(&conf);
+    let argv = argv_of(&cmd);
     let child = spawn("mosquitto", cmd, dir.path());
     let mut s = ServerProcess {
         name: "mosquitto",
         port,
         child,
+        argv,
         stop_signal: "TERM",
         dir,
     };

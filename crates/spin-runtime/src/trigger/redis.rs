@@ -1,0 +1,210 @@
+//! The Redis trigger, as Spin's `trigger-redis` crate defines it: `[[trigger.redis]]`
+//! entries subscribe to `channel` on `address` (default `[application.trigger.redis]
+//! address`; both may hold `{{ variable }}` templates), and each message is passed to the
+//! component's `fermyon:spin/inbound-redis` `handle-message` export, every component of a
+//! channel once per message, messages of one server in order.
+//!
+//! Beyond Spin (whose trigger ends the app when the server goes away), a lost or refused
+//! connection is logged and retried with backoff, and the channels are subscribed again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use futures::StreamExt;
+use wasmtime::component::{ComponentType, Lift};
+
+use super::{call, expand, find_handler, Backoff, Handler, Stop};
+use crate::host::variables::Resolved;
+use crate::runtime::LoadedApp;
+
+/// The exported interface Redis components implement (spin-sdk's `#[redis_component]`).
+pub const INBOUND_REDIS: &str = "fermyon:spin/inbound-redis";
+
+/// How long connecting and subscribing may take before it counts as a failure.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `fermyon:spin/redis-types.error` (its values come from the guest, through `Lift`).
+#[allow(dead_code)]
+#[derive(ComponentType, Lift, Debug, Clone, Copy, PartialEq, Eq)]
+#[component(enum)]
+#[repr(u8)]
+pub(crate) enum RedisError {
+    #[component(name = "success")]
+    Success,
+    #[component(name = "error")]
+    Error,
+}
+
+/// One component subscribed to a channel.
+struct Target {
+    trigger: String,
+    handler: Handler,
+}
+
+/// The subscriptions of one Redis server.
+pub(crate) struct Subscriber {
+    client: redis::Client,
+    /// The address for logs (without credentials).
+    shown: String,
+    /// Channel -> components, in manifest order.
+    channels: BTreeMap<String, Vec<Target>>,
+}
+
+/// `address` with any password left out, for logs.
+fn redact(address: &str) -> String {
+    match url::Url::parse(address) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => address.to_string(),
+    }
+}
+
+/// Resolves the app's Redis triggers into one subscriber per server; fails naming the
+/// trigger when a template does not expand, an address is not a Redis URL, or a component
+/// lacks the export.
+pub(crate) fn prepare(
+    app: &LoadedApp,
+    vars: &BTreeMap<String, Resolved>,
+) -> anyhow::Result<Vec<Subscriber>> {
+    let events = &app.app.event_triggers;
+    let mut servers: BTreeMap<String, BTreeMap<String, Vec<Target>>> = BTreeMap::new();
+    for t in &events.redis {
+        let what = format!("redis trigger `{}`", t.id);
+        let address_template = t
+            .config
+            .address
+            .as_deref()
+            .unwrap_or(&events.redis_settings.address);
+        let address = expand(address_template, vars, &format!("{what}: address"))?;
+        let channel = expand(&t.config.channel, vars, &format!("{what}: channel"))?;
+        let handler = find_handler(
+            app,
+            &what,
+            &t.config.component,
+            Some(INBOUND_REDIS),
+            "handle-message",
+            "a Redis component is built with spin-sdk's #[redis_component] (spin-sdk 2 to 5)",
+        )?;
+        servers
+            .entry(address)
+            .or_default()
+            .entry(channel)
+            .or_default()
+            .push(Target {
+                trigger: t.id.clone(),
+                handler,
+            });
+    }
+    servers
+        .into_iter()
+        .map(|(address, channels)| {
+            let client = redis::Client::open(address.as_str()).map_err(|e| {
+                anyhow!(
+                    "redis trigger address `{}` is not a Redis URL such as redis://host:6379: {e}",
+                    redact(&address)
+                )
+            })?;
+            Ok(Subscriber {
+                client,
+                shown: redact(&address),
+                channels,
+            })
+        })
+        .collect()
+}
+
+impl Subscriber {
+    /// Subscribes and handles messages until the app stops, reconnecting with backoff.
+    pub(crate) async fn run(self, app: Arc<LoadedApp>, mut stop: Stop) {
+        let mut backoff = Backoff::new();
+        let names: Vec<&str> = self.channels.keys().map(String::as_str).collect();
+        while !stop.is_set() {
+            let connect = tokio::time::timeout(CONNECT_TIMEOUT, async {
+                let mut pubsub = self.client.get_async_pubsub().await?;
+                for channel in &names {
+                    pubsub.subscribe(*channel).await?;
+                }
+                anyhow::Ok(pubsub)
+            });
+            let subscribed = tokio::select! {
+                r = connect => r.unwrap_or_else(|_| Err(anyhow!("no answer within {CONNECT_TIMEOUT:?}"))),
+                _ = stop.wait() => return,
+            };
+            match subscribed {
+                Ok(pubsub) => {
+                    backoff.reset();
+                    tracing::info!(
+                        server = %self.shown,
+                        channels = ?names,
+                        "redis trigger subscribed"
+                    );
+                    let mut messages = pubsub.into_on_message();
+                    loop {
+                        tokio::select! {
+                            msg = messages.next() => match msg {
+                                Some(msg) => self.handle(&app, msg).await,
+                                None => {
+                                    tracing::warn!(
+                                        server = %self.shown,
+                                        "redis trigger lost its connection; reconnecting"
+                                    );
+                                    break;
+                                }
+                            },
+                            _ = stop.wait() => return,
+                        }
+                    }
+                }
+                Err(e) => tracing::error!(
+                    server = %self.shown,
+                    "redis trigger cannot subscribe: {e:#}; retrying in {:?}",
+                    backoff.next()
+                ),
+            }
+            if !backoff.wait(&mut stop).await {
+                return;
+            }
+        }
+    }
+
+    /// Passes one message to every component of its channel (together); failures are
+    /// logged.
+    async fn handle(&self, app: &LoadedApp, msg: redis::Msg) {
+        let channel = msg.get_channel_name();
+        let Some(targets) = self.channels.get(channel) else {
+            tracing::warn!(server = %self.shown, channel, "message from a channel not subscribed");
+            return;
+        };
+        let payload = msg.get_payload_bytes().to_vec();
+        let calls = targets.iter().map(|t| {
+            let payload = payload.clone();
+            async move {
+                let r = call::<(Vec<u8>,), (Result<(), RedisError>,)>(app, &t.handler, (payload,))
+                    .await;
+                let component = &t.handler.component.id;
+                match r {
+                    Ok((Ok(()),)) => {
+                        tracing::debug!(trigger = %t.trigger, component = %component, channel, "message handled")
+                    }
+                    Ok((Err(e),)) => tracing::error!(
+                        trigger = %t.trigger,
+                        component = %component,
+                        channel,
+                        "redis handler returned an error ({e:?})"
+                    ),
+                    Err(e) => tracing::error!(
+                        trigger = %t.trigger,
+                        component = %component,
+                        channel,
+                        "redis handler failed: {e:#}"
+                    ),
+                }
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
+}

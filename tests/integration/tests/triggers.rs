@@ -1,0 +1,317 @@
+//! Triggers other than HTTP through the shim (`ctr run --runtime io.containerd.spin.v2` on
+//! containerd 1.7, spin-in-container images): the Redis-triggered `spin-redis-trigger`
+//! app against a real redis-server on loopback (host network), restarted mid-stream; the
+//! 1-second `spin-cron-trigger` app; the MQTT-triggered `spin-mqtt-trigger` app against a
+//! real mosquitto; and the `spin-command` app (spin-in-container and
+//! Spin OCI artifact forms), whose arguments come from `ctr run` and whose exit code is
+//! `ctr run`'s.
+//! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
+
+#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
+mod servers;
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use integration::{
+    require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard, CgroupMode,
+    Containerd, ContainerdVersion,
+};
+use oci_image_builder::spin;
+
+/// Builds the spin-in-container image of `tests/apps/<app>` (as `<app>:test`) and imports
+/// it; returns the image name and the app directory.
+fn import_app(
+    c: &Containerd,
+    dir: &std::path::Path,
+    app: &str,
+) -> Result<(String, std::path::PathBuf)> {
+    let name = format!("docker.io/library/{app}:test");
+    let tar = dir.join(format!("{app}.tar"));
+    let app_dir = workspace_root().join("tests/apps").join(app);
+    spin::container_image(&name, &app_dir, &[])?.write_archive(&tar)?;
+    c.import(&tar, false)?;
+    Ok((name, app_dir))
+}
+
+/// `redis-cli -p <port> <args>`, its output trimmed.
+fn redis_cli(server: &servers::ServerProcess, args: &[&str]) -> Result<String> {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
+        .args(args)
+        .output()
+        .context("run redis-cli (Debian package redis-tools, installed with redis-server)")?;
+    ensure!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Publishes `<prefix>0..9` on `orders`; each must be recorded once, in order.
+fn publish_and_check(redis: &servers::ServerProcess, prefix: &str) -> Result<()> {
+    let sent: Vec<String> = (0..10).map(|i| format!("{prefix}{i}")).collect();
+    for m in &sent {
+        redis_cli(redis, &["PUBLISH", "orders", m])?;
+    }
+    let got = wait_for(Duration::from_secs(30), || {
+        let out = redis_cli(redis, &["LRANGE", "seen", "0", "-1"]).ok()?;
+        let l: Vec<String> = out.lines().map(str::to_string).collect();
+        (l.len() >= sent.len()).then_some(l)
+    })
+    .context("the messages were not all handled within 30 s")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let again = redis_cli(redis, &["LLEN", "seen"])?;
+    ensure!(
+        got == sent && again == sent.len().to_string(),
+        "each message once, in order: got {got:?}, then {again} entries"
+    );
+    Ok(())
+}
+
+fn redis_app() -> Result<()> {
+    require_shim()?;
+    let mut redis = servers::redis();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-redis-trigger")?;
+    let name = name.as_str();
+    let env = format!("REDIS_ADDRESS=redis://{}", redis.addr());
+    let app = c.run_spin_app(name, &["--env".into(), env])?;
+    let subscribed = wait_for(Duration::from_secs(60), || {
+        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        (out.lines().nth(1) == Some("1")).then_some(())
+    });
+    ensure!(
+        subscribed.is_some(),
+        "the app in the container did not subscribe to `orders`\n{}",
+        c.log_tail(30)
+    );
+    publish_and_check(&redis, "m")?;
+    // The server restarts (empty): the app reconnects and subscribes again.
+    redis.restart();
+    let resubscribed = wait_for(Duration::from_secs(60), || {
+        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        (out.lines().nth(1) == Some("1")).then_some(())
+    });
+    ensure!(
+        resubscribed.is_some(),
+        "the app did not subscribe again after the restart\n{}",
+        c.log_tail(30)
+    );
+    publish_and_check(&redis, "n")?;
+    // SIGTERM: the task stops, exit 0.
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    // `ctr task delete` reports a non-zero exit status as its own exit code (older ctr) or
+    // as a "non-zero exit code N" warning (newer ctr).
+    let del = c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
+    let stderr = String::from_utf8_lossy(&del.stderr);
+    ensure!(
+        del.status.code() == Some(0) && !stderr.contains("non-zero exit code"),
+        "SIGTERM should end the app with 0: {stderr}"
+    );
+    Ok(())
+}
+
+#[test]
+fn redis_triggered_app_through_the_shim() {
+    let Some(_s) = integration::root_test("redis_triggered_app_through_the_shim") else {
+        return;
+    };
+    redis_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+fn cron_app() -> Result<()> {
+    require_shim()?;
+    let redis = servers::redis();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-cron-trigger")?;
+    let name = name.as_str();
+    let env = format!("RECORD_ADDRESS=redis://{}", redis.addr());
+    let app = c.run_spin_app(name, &["--env".into(), env])?;
+    let llen = || -> Option<usize> { redis_cli(&redis, &["LLEN", "ticks"]).ok()?.parse().ok() };
+    let first = wait_for(Duration::from_secs(60), || llen().filter(|n| *n > 0))
+        .with_context(|| format!("no cron tick within 60 s\n{}", c.log_tail(30)))?;
+    std::thread::sleep(Duration::from_secs(5));
+    let fired = llen().unwrap_or(0) - first;
+    println!("cron through the shim: {fired} ticks in 5 s");
+    ensure!(
+        (4..=6).contains(&fired),
+        "a 1-second schedule for 5 s gave {fired} events"
+    );
+    let ticks = redis_cli(&redis, &["LRANGE", "ticks", "0", "-1"])?;
+    let mut seen: Vec<&str> = ticks.lines().collect();
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    ensure!(seen.len() == n, "a tick fired twice: {ticks}");
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    Ok(())
+}
+
+#[test]
+fn cron_app_through_the_shim() {
+    let Some(_s) = integration::root_test("cron_app_through_the_shim") else {
+        return;
+    };
+    cron_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Publishes `payloads` on `topic` at QoS 1 (`retain` as given), waiting for each PUBACK.
+fn mqtt_publish(
+    broker: &servers::ServerProcess,
+    topic: &str,
+    payloads: &[String],
+    retain: bool,
+) -> Result<()> {
+    let mut options = rumqttc::MqttOptions::new(unique("it-pub-"), "127.0.0.1", broker.port);
+    options.set_keep_alive(Duration::from_secs(5));
+    let (client, mut connection) = rumqttc::Client::new(options, 100);
+    for p in payloads {
+        client.publish(topic, rumqttc::QoS::AtLeastOnce, retain, p.as_bytes())?;
+    }
+    let mut acked = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while acked < payloads.len() && std::time::Instant::now() < deadline {
+        match connection.recv_timeout(Duration::from_secs(1)) {
+            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
+            Ok(Ok(_)) | Err(_) => {}
+            Ok(Err(e)) => anyhow::bail!("publishing to the test broker: {e}"),
+        }
+    }
+    let _ = client.disconnect();
+    ensure!(
+        acked == payloads.len(),
+        "{acked} of {} PUBACKs",
+        payloads.len()
+    );
+    Ok(())
+}
+
+fn mqtt_app() -> Result<()> {
+    require_shim()?;
+    let redis = servers::redis();
+    let broker = servers::mosquitto();
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let (name, _) = import_app(&c, dir.path(), "spin-mqtt-trigger")?;
+    let name = name.as_str();
+    // A retained message reaches the app as soon as it has subscribed: the readiness probe.
+    mqtt_publish(&broker, "sensors/ready", &["up".into()], true)?;
+    let extra = [
+        "--env".to_string(),
+        format!("MQTT_ADDRESS=mqtt://{}", broker.addr()),
+        "--env".to_string(),
+        format!("RECORD_ADDRESS=redis://{}", redis.addr()),
+    ];
+    let app = c.run_spin_app(name, &extra)?;
+    let seen = |n: usize| {
+        wait_for(Duration::from_secs(60), || {
+            let out = redis_cli(&redis, &["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
+            let l: Vec<String> = out.lines().map(str::to_string).collect();
+            (l.len() >= n).then_some(l)
+        })
+    };
+    seen(1).with_context(|| format!("the app did not subscribe\n{}", c.log_tail(30)))?;
+    let sent: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+    mqtt_publish(&broker, "sensors/temp", &sent, false)?;
+    let got = seen(1 + sent.len()).context("the messages were not all handled within 60 s")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let mut want = vec!["sensors/ready up".to_string()];
+    want.extend(sent.iter().map(|m| format!("sensors/temp {m}")));
+    let again = redis_cli(&redis, &["LLEN", "mqtt-seen"])?;
+    ensure!(
+        got == want && again == want.len().to_string(),
+        "each message once, in order: got {got:?}, then {again} entries"
+    );
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    Ok(())
+}
+
+#[test]
+fn mqtt_triggered_app_through_the_shim() {
+    let Some(_s) = integration::root_test("mqtt_triggered_app_through_the_shim") else {
+        return;
+    };
+    mqtt_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// `ctr run --rm` (attached) of the command app with `args`; returns ctr's exit code and
+/// output.
+fn run_command(c: &Containerd, image: &str, args: &[&str]) -> Result<(Option<i32>, String)> {
+    let id = unique("spincmd");
+    let root = unique("spintest-");
+    let _guard = CgroupGuard::new(&root);
+    let cgroup = format!("/{root}/{id}");
+    let runtime = test_runtime();
+    let mut argv = vec![
+        "run",
+        "--rm",
+        "--net-host",
+        "--runtime",
+        &runtime,
+        "--cgroup",
+        &cgroup,
+        image,
+        &id,
+        "/",
+    ];
+    argv.extend(args);
+    let out = c.ctr_output(&argv, Duration::from_secs(120));
+    c.force_remove(&id);
+    let out = out?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.code(), text))
+}
+
+fn command_app() -> Result<()> {
+    require_shim()?;
+    let dir = tempfile::tempdir()?;
+    let c = Containerd::start(ContainerdVersion::V1_7, CgroupMode::Host)?;
+    let (name, app_dir) = import_app(&c, dir.path(), "spin-command")?;
+    let name = name.as_str();
+    let (code, out) = run_command(&c, name, &["exit-code", "3", "job"])?;
+    ensure!(
+        code == Some(3),
+        "exit-with-code 3 should reach ctr, got {code:?}: {out}"
+    );
+    ensure!(
+        out.contains("argv=runner|exit-code|3|job"),
+        "the container's args should reach the guest: {out}"
+    );
+    let (code, out) = run_command(&c, name, &["exit", "2"])?;
+    ensure!(
+        code == Some(1),
+        "std::process::exit(2) is failure (1) on wasip2, got {code:?}: {out}"
+    );
+    let (code, out) = run_command(&c, name, &[])?;
+    ensure!(
+        code == Some(0),
+        "a command returning from main exits 0, got {code:?}: {out}"
+    );
+    // The Spin OCI artifact form (locked app in the content store): `/` and the args.
+    let artifact = "docker.io/library/spin-command:artifact";
+    let tar = dir.path().join("command-artifact.tar");
+    spin::artifact_image(artifact, &app_dir, spin::FileLayout::Simple)?.write_archive(&tar)?;
+    c.import(&tar, true)?;
+    let (code, out) = run_command(&c, artifact, &["exit-code", "4", "artifact"])?;
+    ensure!(
+        code == Some(4),
+        "artifact form: exit code 4 should reach ctr, got {code:?}: {out}"
+    );
+    ensure!(out.contains("argv=runner|exit-code|4|artifact"), "{out}");
+    Ok(())
+}
+
+#[test]
+fn command_app_exit_code_reaches_ctr() {
+    let Some(_s) = integration::root_test("command_app_exit_code_reaches_ctr") else {
+        return;
+    };
+    command_app().unwrap_or_else(|e| panic!("{e:#}"));
+}
