@@ -536,33 +536,6 @@ record_address = "{{ record_address }}"
 record_key = "mqtt-seen"
 "#;
 
-/// Publishes `payloads` on `topic` at QoS 1, waiting for each PUBACK.
-fn mqtt_publish(broker: &servers::ServerProcess, topic: &str, payloads: &[String]) {
-    let mut options = rumqttc::MqttOptions::new(
-        format!("test-pub-{}", std::process::id()),
-        "127.0.0.1",
-        broker.port,
-    );
-    options.set_keep_alive(Duration::from_secs(5));
-    let (client, mut connection) = rumqttc::Client::new(options, 100);
-    for p in payloads {
-        client
-            .publish(topic, rumqttc::QoS::AtLeastOnce, false, p.as_bytes())
-            .unwrap();
-    }
-    let mut acked = 0;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while acked < payloads.len() && Instant::now() < deadline {
-        match connection.recv_timeout(Duration::from_secs(1)) {
-            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
-            Ok(Ok(_)) | Err(_) => {}
-            Ok(Err(e)) => panic!("publishing to the test broker: {e}"),
-        }
-    }
-    assert_eq!(acked, payloads.len(), "PUBACKs from the broker");
-    let _ = client.disconnect();
-}
-
 #[test]
 fn mqtt_messages_handled_exactly_once_across_a_broker_restart() {
     let redis = servers::redis();
@@ -580,7 +553,7 @@ fn mqtt_messages_handled_exactly_once_across_a_broker_restart() {
     );
     let mut first: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
     first.insert(5, "fail".into());
-    mqtt_publish(&broker, "sensors/temp", &first);
+    broker.mqtt_publish("sensors/temp", &first, false).unwrap();
     first.remove(5);
     let want: Vec<String> = first.iter().map(|m| format!("sensors/temp {m}")).collect();
     assert_recorded(&redis, "mqtt-seen", &want);
@@ -598,7 +571,7 @@ fn mqtt_messages_handled_exactly_once_across_a_broker_restart() {
         serve.stderr()
     );
     let second: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
-    mqtt_publish(&broker, "sensors/hum", &second);
+    broker.mqtt_publish("sensors/hum", &second, false).unwrap();
     let mut want2 = want.clone();
     want2.extend(second.iter().map(|m| format!("sensors/hum {m}")));
     assert_recorded(&redis, "mqtt-seen", &want2);

@@ -369,6 +369,15 @@ pub fn working_set(stats: &ContainerStats) -> u64 {
         .unwrap_or(0)
 }
 
+/// The runtime a test drives its CRI client on: two workers, as on the CI machines.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the test's tokio runtime")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

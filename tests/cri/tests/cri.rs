@@ -39,11 +39,7 @@ fn images() -> Result<&'static Images> {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    cri_tests::cri::runtime().expect("tokio runtime")
 }
 
 /// Starts a node and imports the images; returns it with a connected CRI client.

@@ -50,10 +50,7 @@ fn leg(version: ContainerdVersion, layout: Layout) -> Result<()> {
     for archive in imgs.all() {
         node.import(archive)?;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = cri_tests::cri::runtime()?;
     rt.block_on(async {
         let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
         let logs = node.dir().join("pod-logs");
@@ -142,10 +139,7 @@ fn multi_component_app_with_chaining_and_selective_deployment() -> Result<()> {
     )?;
     node.import(&imgs.pause)?;
     node.import(&chain)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = cri_tests::cri::runtime()?;
     rt.block_on(async {
         let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
         let pod = KubeletPod::start(

@@ -3,7 +3,14 @@
 //! its `args` reaching the guest, and the guest's exit code in the CRI container status
 //! (what kubelet reports as the Job's result). The pod is torn down without leftovers.
 //!
+//! Also: Redis-, cron- and MQTT-triggered apps in one pod against a real redis-server and
+//! mosquitto on loopback (pods share the host network here): each published message handled
+//! once (Redis: across a server restart); a 1-second schedule gives 5 +/- 1 ticks in 5 s.
+//!
 //! Needs what `tests/cri/tests/cri.rs` needs (built shim, `scripts/build-apps.sh`).
+
+#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
+mod servers;
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +20,7 @@ use cri_tests::cri::{ContainerSpec, Cri};
 use cri_tests::kubelet::{CgroupDriver, QosClass};
 use cri_tests::node::{ContainerdVersion, Node};
 use cri_tests::scenario::KubeletPod;
+use integration::wait_for;
 
 const COMMAND_IMAGE: &str = "docker.io/library/spin-command:cri";
 
@@ -49,10 +57,7 @@ fn command_app_exit_code_reaches_cri() -> Result<()> {
     let node = Node::start(ContainerdVersion::V1_7, Layout::Hybrid, true)?;
     node.import(&base.pause)?;
     node.import(&archive)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = cri_tests::cri::runtime()?;
     rt.block_on(async {
         let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
         let logs = node.dir().join("pod-logs");
@@ -98,5 +103,128 @@ fn command_app_exit_code_reaches_cri() -> Result<()> {
         }
         println!("command app through CRI: exit codes {codes:?} reported by ContainerStatus");
         pod.teardown(&mut cri, &[]).await
+    })
+}
+
+fn subscribed(redis: &servers::ServerProcess) -> bool {
+    wait_for(Duration::from_secs(60), || {
+        let out = redis.redis_cli(&["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        (out.lines().nth(1) == Some("1")).then_some(())
+    })
+    .is_some()
+}
+
+#[test]
+fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
+    if !integration::require_root("redis_cron_and_mqtt_triggered_apps_through_cri") {
+        return Ok(());
+    }
+    integration::require_shim()?;
+    let mut redis = servers::redis();
+    let broker = servers::mosquitto();
+    let dir = tempfile::tempdir()?;
+    let base = integration::images::TestImages::build(dir.path())?;
+    let node = Node::start(ContainerdVersion::V1_7, Layout::Hybrid, true)?;
+    node.import(&base.pause)?;
+    // A retained message reaches the MQTT app as soon as it has subscribed: its readiness.
+    broker.mqtt_publish("sensors/ready", &["up".into()], true)?;
+    for app in [
+        "spin-redis-trigger",
+        "spin-cron-trigger",
+        "spin-mqtt-trigger",
+    ] {
+        let archive = dir.path().join(format!("{app}.tar"));
+        oci_image_builder::spin::container_image(
+            &format!("docker.io/library/{app}:cri"),
+            &integration::workspace_root().join("tests/apps").join(app),
+            &[],
+        )
+        .with_context(|| format!("building {app} (fix: scripts/build-apps.sh)"))?
+        .write_archive(&archive)?;
+        node.import(&archive)?;
+    }
+    let rt = cri_tests::cri::runtime()?;
+    rt.block_on(async {
+        let mut cri = Cri::connect(&node.socket(), Duration::from_secs(20)).await?;
+        let logs = node.dir().join("pod-logs");
+        let pod = KubeletPod::start(
+            &mut cri,
+            Layout::Hybrid,
+            CgroupDriver::Systemd,
+            QosClass::BestEffort,
+            "spin",
+            "spin-events",
+            &logs,
+        )
+        .await?;
+        let url = format!("redis://{}", redis.addr());
+        let checks = async {
+            let mut ids = Vec::new();
+            let mqtt = format!("mqtt://{}", broker.addr());
+            for (name, envs) in [
+                (
+                    "spin-mqtt-trigger",
+                    vec![("MQTT_ADDRESS", mqtt.clone()), ("RECORD_ADDRESS", url.clone())],
+                ),
+                ("spin-redis-trigger", vec![("REDIS_ADDRESS", url.clone())]),
+                ("spin-cron-trigger", vec![("RECORD_ADDRESS", url.clone())]),
+            ] {
+                let spec = ContainerSpec {
+                    name: name.into(),
+                    image: format!("docker.io/library/{name}:cri"),
+                    command: vec!["/".into()],
+                    envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    ..Default::default()
+                };
+                let id = cri
+                    .start_container(&pod.sandbox_id, &pod.spec, &spec)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e:#}\ncontainerd log:\n{}", node.log_tail()))?;
+                ids.push(id);
+            }
+            ensure!(subscribed(&redis), "the Redis app did not subscribe\n{}", node.log_tail());
+            redis.publish_orders_and_check("m", 0)?;
+            let llen = |r: &servers::ServerProcess| -> Option<usize> {
+                r.redis_cli(&["LLEN", "ticks"]).ok()?.parse().ok()
+            };
+            let first = wait_for(Duration::from_secs(60), || llen(&redis).filter(|n| *n > 0))
+                .context("no cron tick within 60 s")?;
+            std::thread::sleep(Duration::from_secs(5));
+            let fired = llen(&redis).unwrap_or(0) - first;
+            ensure!((4..=6).contains(&fired), "a 1-second schedule for 5 s gave {fired} ticks");
+            let mqtt_seen = |n: usize| {
+                wait_for(Duration::from_secs(60), || {
+                    let out = redis.redis_cli(&["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
+                    let l: Vec<String> = out.lines().map(str::to_string).collect();
+                    (l.len() >= n).then_some(l)
+                })
+            };
+            mqtt_seen(1).context("the MQTT app did not subscribe")?;
+            let sent: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+            // rumqttc's blocking client runs its own runtime: not on this one's workers.
+            tokio::task::block_in_place(|| broker.mqtt_publish("sensors/temp", &sent, false))?;
+            let got = mqtt_seen(1 + sent.len()).context("MQTT messages not all handled in 60 s")?;
+            std::thread::sleep(Duration::from_millis(500));
+            let mut want = vec!["sensors/ready up".to_string()];
+            want.extend(sent.iter().map(|m| format!("sensors/temp {m}")));
+            ensure!(got == want, "each MQTT message once, in order: got {got:?}");
+            // The server restarts empty: the app subscribes again, messages still once each.
+            redis.restart();
+            ensure!(subscribed(&redis), "no new subscription after the restart\n{}", node.log_tail());
+            redis.publish_orders_and_check("n", 0)?;
+            println!("redis + cron + mqtt through CRI: 10 + 10 Redis messages once each across a restart; {fired} ticks in 5 s; 10 MQTT messages once each");
+            for id in &ids {
+                cri.remove_container(id, 10).await?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        match checks {
+            Ok(()) => pod.teardown(&mut cri, &[]).await,
+            Err(e) => {
+                let _ = cri.remove_pod(&pod.sandbox_id).await;
+                Err(e)
+            }
+        }
     })
 }

@@ -34,38 +34,6 @@ fn import_app(
     Ok((name, app_dir))
 }
 
-/// `redis-cli -p <port> <args>`, its output trimmed.
-fn redis_cli(server: &servers::ServerProcess, args: &[&str]) -> Result<String> {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &server.port.to_string()])
-        .args(args)
-        .output()
-        .context("run redis-cli (Debian package redis-tools, installed with redis-server)")?;
-    ensure!(out.status.success(), "redis-cli {args:?}: {out:?}");
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// Publishes `<prefix>0..9` on `orders`; each must be recorded once, in order.
-fn publish_and_check(redis: &servers::ServerProcess, prefix: &str) -> Result<()> {
-    let sent: Vec<String> = (0..10).map(|i| format!("{prefix}{i}")).collect();
-    for m in &sent {
-        redis_cli(redis, &["PUBLISH", "orders", m])?;
-    }
-    let got = wait_for(Duration::from_secs(30), || {
-        let out = redis_cli(redis, &["LRANGE", "seen", "0", "-1"]).ok()?;
-        let l: Vec<String> = out.lines().map(str::to_string).collect();
-        (l.len() >= sent.len()).then_some(l)
-    })
-    .context("the messages were not all handled within 30 s")?;
-    std::thread::sleep(Duration::from_millis(500));
-    let again = redis_cli(redis, &["LLEN", "seen"])?;
-    ensure!(
-        got == sent && again == sent.len().to_string(),
-        "each message once, in order: got {got:?}, then {again} entries"
-    );
-    Ok(())
-}
-
 fn redis_app() -> Result<()> {
     require_shim()?;
     let mut redis = servers::redis();
@@ -76,7 +44,7 @@ fn redis_app() -> Result<()> {
     let env = format!("REDIS_ADDRESS=redis://{}", redis.addr());
     let app = c.run_spin_app(name, &["--env".into(), env])?;
     let subscribed = wait_for(Duration::from_secs(60), || {
-        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        let out = redis.redis_cli(&["PUBSUB", "NUMSUB", "orders"]).ok()?;
         (out.lines().nth(1) == Some("1")).then_some(())
     });
     ensure!(
@@ -84,11 +52,11 @@ fn redis_app() -> Result<()> {
         "the app in the container did not subscribe to `orders`\n{}",
         c.log_tail(30)
     );
-    publish_and_check(&redis, "m")?;
+    redis.publish_orders_and_check("m", 0)?;
     // The server restarts (empty): the app reconnects and subscribes again.
     redis.restart();
     let resubscribed = wait_for(Duration::from_secs(60), || {
-        let out = redis_cli(&redis, &["PUBSUB", "NUMSUB", "orders"]).ok()?;
+        let out = redis.redis_cli(&["PUBSUB", "NUMSUB", "orders"]).ok()?;
         (out.lines().nth(1) == Some("1")).then_some(())
     });
     ensure!(
@@ -96,7 +64,7 @@ fn redis_app() -> Result<()> {
         "the app did not subscribe again after the restart\n{}",
         c.log_tail(30)
     );
-    publish_and_check(&redis, "n")?;
+    redis.publish_orders_and_check("n", 0)?;
     // SIGTERM: the task stops, exit 0.
     c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
     c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
@@ -128,7 +96,7 @@ fn cron_app() -> Result<()> {
     let name = name.as_str();
     let env = format!("RECORD_ADDRESS=redis://{}", redis.addr());
     let app = c.run_spin_app(name, &["--env".into(), env])?;
-    let llen = || -> Option<usize> { redis_cli(&redis, &["LLEN", "ticks"]).ok()?.parse().ok() };
+    let llen = || -> Option<usize> { redis.redis_cli(&["LLEN", "ticks"]).ok()?.parse().ok() };
     let first = wait_for(Duration::from_secs(60), || llen().filter(|n| *n > 0))
         .with_context(|| format!("no cron tick within 60 s\n{}", c.log_tail(30)))?;
     std::thread::sleep(Duration::from_secs(5));
@@ -138,7 +106,7 @@ fn cron_app() -> Result<()> {
         (4..=6).contains(&fired),
         "a 1-second schedule for 5 s gave {fired} events"
     );
-    let ticks = redis_cli(&redis, &["LRANGE", "ticks", "0", "-1"])?;
+    let ticks = redis.redis_cli(&["LRANGE", "ticks", "0", "-1"])?;
     let mut seen: Vec<&str> = ticks.lines().collect();
     let n = seen.len();
     seen.sort();
@@ -157,37 +125,6 @@ fn cron_app_through_the_shim() {
     cron_app().unwrap_or_else(|e| panic!("{e:#}"));
 }
 
-/// Publishes `payloads` on `topic` at QoS 1 (`retain` as given), waiting for each PUBACK.
-fn mqtt_publish(
-    broker: &servers::ServerProcess,
-    topic: &str,
-    payloads: &[String],
-    retain: bool,
-) -> Result<()> {
-    let mut options = rumqttc::MqttOptions::new(unique("it-pub-"), "127.0.0.1", broker.port);
-    options.set_keep_alive(Duration::from_secs(5));
-    let (client, mut connection) = rumqttc::Client::new(options, 100);
-    for p in payloads {
-        client.publish(topic, rumqttc::QoS::AtLeastOnce, retain, p.as_bytes())?;
-    }
-    let mut acked = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while acked < payloads.len() && std::time::Instant::now() < deadline {
-        match connection.recv_timeout(Duration::from_secs(1)) {
-            Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
-            Ok(Ok(_)) | Err(_) => {}
-            Ok(Err(e)) => anyhow::bail!("publishing to the test broker: {e}"),
-        }
-    }
-    let _ = client.disconnect();
-    ensure!(
-        acked == payloads.len(),
-        "{acked} of {} PUBACKs",
-        payloads.len()
-    );
-    Ok(())
-}
-
 fn mqtt_app() -> Result<()> {
     require_shim()?;
     let redis = servers::redis();
@@ -197,7 +134,7 @@ fn mqtt_app() -> Result<()> {
     let (name, _) = import_app(&c, dir.path(), "spin-mqtt-trigger")?;
     let name = name.as_str();
     // A retained message reaches the app as soon as it has subscribed: the readiness probe.
-    mqtt_publish(&broker, "sensors/ready", &["up".into()], true)?;
+    broker.mqtt_publish("sensors/ready", &["up".into()], true)?;
     let extra = [
         "--env".to_string(),
         format!("MQTT_ADDRESS=mqtt://{}", broker.addr()),
@@ -207,19 +144,19 @@ fn mqtt_app() -> Result<()> {
     let app = c.run_spin_app(name, &extra)?;
     let seen = |n: usize| {
         wait_for(Duration::from_secs(60), || {
-            let out = redis_cli(&redis, &["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
+            let out = redis.redis_cli(&["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
             let l: Vec<String> = out.lines().map(str::to_string).collect();
             (l.len() >= n).then_some(l)
         })
     };
     seen(1).with_context(|| format!("the app did not subscribe\n{}", c.log_tail(30)))?;
     let sent: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
-    mqtt_publish(&broker, "sensors/temp", &sent, false)?;
+    broker.mqtt_publish("sensors/temp", &sent, false)?;
     let got = seen(1 + sent.len()).context("the messages were not all handled within 60 s")?;
     std::thread::sleep(Duration::from_millis(500));
     let mut want = vec!["sensors/ready up".to_string()];
     want.extend(sent.iter().map(|m| format!("sensors/temp {m}")));
-    let again = redis_cli(&redis, &["LLEN", "mqtt-seen"])?;
+    let again = redis.redis_cli(&["LLEN", "mqtt-seen"])?;
     ensure!(
         got == want && again == want.len().to_string(),
         "each message once, in order: got {got:?}, then {again} entries"

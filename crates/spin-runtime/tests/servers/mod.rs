@@ -340,3 +340,98 @@ pub fn url_encode(s: &str) -> String {
         })
         .collect()
 }
+
+impl ServerProcess {
+    /// `redis-cli -h 127.0.0.1 -p <port> <args>` against this (Redis) server, its output
+    /// trimmed.
+    pub fn redis_cli(&self, args: &[&str]) -> std::io::Result<String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "run redis-cli (Debian package redis-tools, installed with redis-server): {e}"
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "redis-cli {args:?}: {out:?}"
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// Publishes `payloads` on `topic` of this (MQTT) broker at QoS 1 (`retain` as given),
+    /// waiting (at most 20 s) for each PUBACK. Uses rumqttc's blocking client, which runs
+    /// its own runtime: call it off any tokio worker.
+    pub fn mqtt_publish(
+        &self,
+        topic: &str,
+        payloads: &[String],
+        retain: bool,
+    ) -> std::io::Result<()> {
+        let id = format!("test-pub-{}-{}", std::process::id(), self.port);
+        let mut options = rumqttc::MqttOptions::new(id, "127.0.0.1", self.port);
+        options.set_keep_alive(Duration::from_secs(5));
+        let (client, mut connection) = rumqttc::Client::new(options, 100);
+        for p in payloads {
+            client
+                .publish(topic, rumqttc::QoS::AtLeastOnce, retain, p.as_bytes())
+                .map_err(std::io::Error::other)?;
+        }
+        let mut acked = 0;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while acked < payloads.len() && Instant::now() < deadline {
+            match connection.recv_timeout(Duration::from_secs(1)) {
+                Ok(Ok(rumqttc::Event::Incoming(rumqttc::Packet::PubAck(_)))) => acked += 1,
+                Ok(Ok(_)) | Err(_) => {}
+                Ok(Err(e)) => {
+                    return Err(std::io::Error::other(format!(
+                        "publishing to the test broker: {e}"
+                    )))
+                }
+            }
+        }
+        let _ = client.disconnect();
+        if acked != payloads.len() {
+            return Err(std::io::Error::other(format!(
+                "{acked} of {} PUBACKs from the broker",
+                payloads.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// For the `spin-redis-trigger` test app, which appends every message of channel
+    /// `orders` to the list `seen`: publishes `<prefix>0..9` and checks (within 30 s) that
+    /// each was recorded exactly once, in order, after the `before` entries already there.
+    pub fn publish_orders_and_check(&self, prefix: &str, before: usize) -> std::io::Result<()> {
+        let sent: Vec<String> = (0..10).map(|i| format!("{prefix}{i}")).collect();
+        for m in &sent {
+            self.redis_cli(&["PUBLISH", "orders", m])?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            let out = self.redis_cli(&["LRANGE", "seen", "0", "-1"])?;
+            let l: Vec<String> = out.lines().map(str::to_string).collect();
+            if l.len() >= before + sent.len() {
+                break l;
+            }
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "the messages were not all handled within 30 s: {l:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        let n = self.redis_cli(&["LLEN", "seen"])?;
+        if got[before..] != sent[..] || n != (before + sent.len()).to_string() {
+            return Err(std::io::Error::other(format!(
+                "each message once, in order: got {got:?}, then {n} entries"
+            )));
+        }
+        Ok(())
+    }
+}
