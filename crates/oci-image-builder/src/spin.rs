@@ -9,16 +9,11 @@ use spin_app_format::{ContentPath, ContentRef};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Media type of the locked-app JSON layer.
-pub const MEDIA_TYPE_LOCKED_APP: &str = "application/vnd.fermyon.spin.application.v1+config";
-/// Media type of a component layer.
-pub const MEDIA_TYPE_WASM_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
-/// Media type of a single static file layer.
-pub const MEDIA_TYPE_DATA_LAYER: &str = "application/vnd.wasm.content.layer.v1+data";
-/// Media type of a gzip tar archive of a component's files.
-pub const MEDIA_TYPE_ARCHIVE_LAYER: &str = "application/vnd.wasm.content.bundle.v1.tar+gzip";
-/// Media type of the single-layer Wasm component form (wkg).
-pub const MEDIA_TYPE_WASM: &str = "application/wasm";
+/// The artifact media types the builder writes (owned by the app format).
+pub use spin_app_format::oci::{
+    MEDIA_TYPE_ARCHIVE_LAYER, MEDIA_TYPE_DATA_LAYER, MEDIA_TYPE_LOCKED_APP, MEDIA_TYPE_WASM,
+    MEDIA_TYPE_WASM_LAYER,
+};
 /// Config media type of the single-layer Wasm component form.
 pub const MEDIA_TYPE_WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// Image config label holding the digest of the locked-app layer.

@@ -1,6 +1,7 @@
 //! The Spin application format, with no runtime attached: `spin.toml` version 2 in
 //! ([`manifest`]), the locked app in and out ([`locked`]), typed trigger configuration
-//! ([`trigger`]) and the `allowed_http_hosts` conversion ([`hosts`]).
+//! ([`trigger`]), the `allowed_http_hosts` conversion ([`hosts`]) and the OCI artifact media
+//! types ([`oci`]).
 //!
 //! Everything here is written from Spin's own definitions (the `spin-manifest`,
 //! `spin-locked-app`, `spin-loader`, `spin-http` and `spin-oci` crates), so a lock this crate
@@ -13,6 +14,7 @@
 pub mod hosts;
 pub mod locked;
 pub mod manifest;
+pub mod oci;
 mod ordered;
 pub mod trigger;
 

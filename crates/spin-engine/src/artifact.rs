@@ -43,12 +43,8 @@ pub const DIGEST_FILE: &str = "oci-image-digest";
 /// Extracted archive layers by hex digest inside [`APP_DIR`].
 pub const ARCHIVES_DIR: &str = "archives";
 
-/// Locked-app layer media type.
-pub const MEDIA_TYPE_LOCKED_APP: &str = "application/vnd.fermyon.spin.application.v1+config";
-/// Archive layer media type.
-pub const MEDIA_TYPE_ARCHIVE_LAYER: &str = "application/vnd.wasm.content.bundle.v1.tar+gzip";
-/// Single-layer component form.
-pub const MEDIA_TYPE_WASM: &str = "application/wasm";
+/// The artifact media types this loader reads (owned by the app format).
+pub use spin_app_format::oci::{MEDIA_TYPE_ARCHIVE_LAYER, MEDIA_TYPE_LOCKED_APP, MEDIA_TYPE_WASM};
 
 /// Whether the container is an artifact candidate: command `/` (then a command trigger's
 /// arguments, if any) and no `/spin.toml` in the rootfs (looked up as the container would
