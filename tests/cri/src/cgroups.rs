@@ -6,6 +6,7 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+pub use integration::cgroups::{parse_hierarchies, Hierarchy};
 
 /// Which cgroup layout a scenario sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,58 +16,6 @@ pub enum Layout {
     /// A pure cgroup v2 host: the unified hierarchy only (the private mount namespace
     /// where `/sys/fs/cgroup/unified` is bound over `/sys/fs/cgroup`).
     Unified,
-}
-
-/// One mounted cgroup hierarchy, seen from this (the host's) mount namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hierarchy {
-    /// Where it is mounted, e.g. `/sys/fs/cgroup/cpuacct`.
-    pub mount: PathBuf,
-    /// `true` for the cgroup2 hierarchy.
-    pub unified: bool,
-    /// v1 controllers (and `name=` options) of the mount; empty for cgroup2.
-    pub controllers: Vec<String>,
-}
-
-/// Parses `/proc/self/mountinfo` text into the cgroup hierarchies mounted at their root.
-/// A mount point listed twice keeps only the later mount (the earlier one is hidden).
-pub fn parse_hierarchies(mountinfo: &str) -> Vec<Hierarchy> {
-    let mut found: Vec<Hierarchy> = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split_whitespace().collect();
-        let right: Vec<&str> = right.split_whitespace().collect();
-        if left.len() < 5 || right.len() < 3 {
-            continue;
-        }
-        let (root, mount_point) = (left[3], left[4]);
-        let fstype = right[0];
-        // Any mount on a point hides what was mounted there before.
-        found.retain(|h| h.mount != Path::new(mount_point));
-        if root != "/" {
-            continue;
-        }
-        match fstype {
-            "cgroup2" => found.push(Hierarchy {
-                mount: mount_point.into(),
-                unified: true,
-                controllers: Vec::new(),
-            }),
-            "cgroup" => found.push(Hierarchy {
-                mount: mount_point.into(),
-                unified: false,
-                controllers: right[2]
-                    .split(',')
-                    .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("relatime"))
-                    .map(str::to_string)
-                    .collect(),
-            }),
-            _ => {}
-        }
-    }
-    found
 }
 
 /// The hierarchies a pod's cgroups live in for `layout`, from this process's mount view.
@@ -263,29 +212,22 @@ pub fn process_cgroup(pid: u32, layout: Layout) -> Result<String> {
 pub fn process_v1_cgroup(pid: u32, controller: &str) -> Result<String> {
     let file = format!("/proc/{pid}/cgroup");
     let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
-    text.lines()
-        .find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == controller)
-                .then(|| path.to_string())
-        })
+    integration::cgroups::parse_proc_cgroups(&text)
+        .into_iter()
+        .find(|l| l.controllers.split(',').any(|c| c == controller))
+        .map(|l| l.path)
         .with_context(|| format!("no {controller} entry in {file}: {text}"))
 }
 
 /// Picks the relevant entry of a `/proc/<pid>/cgroup` text (see [`process_cgroup`]).
 pub fn parse_proc_cgroup(text: &str, layout: Layout) -> Option<String> {
-    text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let wanted = match layout {
-            Layout::Hybrid => controllers.split(',').any(|c| c == "cpuacct"),
-            Layout::Unified => controllers.is_empty(),
-        };
-        wanted.then(|| path.to_string())
-    })
+    integration::cgroups::parse_proc_cgroups(text)
+        .into_iter()
+        .find(|l| match layout {
+            Layout::Hybrid => l.controllers.split(',').any(|c| c == "cpuacct"),
+            Layout::Unified => l.id == 0 && l.controllers.is_empty(),
+        })
+        .map(|l| l.path)
 }
 
 /// `true` when cgroup `child` is `parent` or lies below it.
@@ -297,42 +239,6 @@ pub fn is_within(child: &str, parent: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MOUNTINFO: &str = "\
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-";
-
-    #[test]
-    fn hybrid_mountinfo() {
-        let hs = parse_hierarchies(MOUNTINFO);
-        assert_eq!(hs.len(), 4);
-        assert_eq!(
-            v1_hierarchy(&hs, "cpuacct").unwrap().mount,
-            Path::new("/sys/fs/cgroup/cpuacct")
-        );
-        assert!(v1_hierarchy(&hs, "name=systemd").is_some());
-        assert_eq!(
-            unified_hierarchy(&hs).unwrap().mount,
-            Path::new("/sys/fs/cgroup/unified")
-        );
-    }
-
-    #[test]
-    fn bind_over_root_hides_v1_mounts_below_only_when_same_point() {
-        // The private v2 namespace: unified bound over /sys/fs/cgroup. The v1 mounts below
-        // the old tmpfs are no longer reachable, but they are listed at other points;
-        // the mount on the same point (the tmpfs) is the one hidden.
-        let text =
-            format!("{MOUNTINFO}50 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n");
-        let hs = parse_hierarchies(&text);
-        assert!(hs
-            .iter()
-            .any(|h| h.unified && h.mount == Path::new("/sys/fs/cgroup")));
-    }
 
     #[test]
     fn proc_cgroup_entries() {

@@ -76,12 +76,8 @@ impl KubeletPod {
         let file = format!("/proc/{pid}/cgroup");
         let text =
             std::fs::read_to_string(&file).with_context(|| format!("reading {file} ({what})"))?;
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = match (parts.next(), parts.next(), parts.next()) {
-                (Some(a), Some(b), Some(c)) => (a, b, c),
-                _ => continue,
-            };
+        for line in integration::cgroups::parse_proc_cgroups(&text) {
+            let (controllers, path) = (line.controllers.as_str(), line.path.as_str());
             let relevant = match self.layout {
                 Layout::Unified => controllers.is_empty(),
                 Layout::Hybrid => true,

@@ -18,8 +18,12 @@ pub struct CgroupLine {
 pub fn proc_cgroups(pid: i32) -> Result<Vec<CgroupLine>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .with_context(|| format!("cannot read /proc/{pid}/cgroup: has the process exited?"))?;
-    Ok(text
-        .lines()
+    Ok(parse_proc_cgroups(&text))
+}
+
+/// Parses the text of a `/proc/<pid>/cgroup` file (malformed lines are skipped).
+pub fn parse_proc_cgroups(text: &str) -> Vec<CgroupLine> {
+    text.lines()
         .filter_map(|l| {
             let mut it = l.splitn(3, ':');
             Some(CgroupLine {
@@ -28,20 +32,75 @@ pub fn proc_cgroups(pid: i32) -> Result<Vec<CgroupLine>> {
                 path: it.next()?.to_string(),
             })
         })
-        .collect())
+        .collect()
 }
 
-/// Mount points of every cgroup hierarchy on the host (v1 ones and the unified one).
+/// One mounted cgroup hierarchy, as `/proc/<pid>/mountinfo` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// Where it is mounted, e.g. `/sys/fs/cgroup/cpuacct`.
+    pub mount: PathBuf,
+    /// `true` for the cgroup2 hierarchy.
+    pub unified: bool,
+    /// v1 controllers (and `name=` options) of the mount; empty for cgroup2.
+    pub controllers: Vec<String>,
+}
+
+/// The mount points of a mountinfo text, in order (field 5 of each line).
+pub fn mount_points(mountinfo: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .collect()
+}
+
+/// Parses mountinfo text into the cgroup hierarchies mounted at their root. A mount point
+/// listed twice keeps only the later mount (the earlier one is hidden).
+pub fn parse_hierarchies(mountinfo: &str) -> Vec<Hierarchy> {
+    let mut found: Vec<Hierarchy> = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split_whitespace().collect();
+        let right: Vec<&str> = right.split_whitespace().collect();
+        if left.len() < 5 || right.len() < 3 {
+            continue;
+        }
+        let (root, mount_point) = (left[3], left[4]);
+        let fstype = right[0];
+        // Any mount on a point hides what was mounted there before.
+        found.retain(|h| h.mount != std::path::Path::new(mount_point));
+        if root != "/" {
+            continue;
+        }
+        match fstype {
+            "cgroup2" => found.push(Hierarchy {
+                mount: mount_point.into(),
+                unified: true,
+                controllers: Vec::new(),
+            }),
+            "cgroup" => found.push(Hierarchy {
+                mount: mount_point.into(),
+                unified: false,
+                controllers: right[2]
+                    .split(',')
+                    .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("relatime"))
+                    .map(str::to_string)
+                    .collect(),
+            }),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Mount points of every cgroup hierarchy this process sees (v1 ones and the unified one).
 pub fn host_hierarchies() -> Vec<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut v: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let fstype = post.split(' ').next()?;
-            let mp = pre.split(' ').nth(4)?;
-            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mp))
-        })
+    let mut v: Vec<PathBuf> = parse_hierarchies(&info)
+        .into_iter()
+        .map(|h| h.mount)
         .collect();
     v.sort();
     v.dedup();
@@ -156,5 +215,66 @@ pub fn cpu_usage_ns(path: &str, unified: bool) -> Result<u64> {
         text.trim()
             .parse()
             .with_context(|| format!("{} is not a number", p.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn hybrid_mountinfo() {
+        let hs = parse_hierarchies(MOUNTINFO);
+        assert_eq!(hs.len(), 4);
+        assert_eq!(
+            hs.iter()
+                .find(|h| h.controllers.iter().any(|c| c == "cpuacct"))
+                .unwrap()
+                .mount,
+            Path::new("/sys/fs/cgroup/cpuacct")
+        );
+        assert!(hs
+            .iter()
+            .any(|h| h.controllers.iter().any(|c| c == "name=systemd")));
+        assert_eq!(
+            hs.iter().find(|h| h.unified).unwrap().mount,
+            Path::new("/sys/fs/cgroup/unified")
+        );
+    }
+
+    #[test]
+    fn bind_over_root_hides_v1_mounts_below_only_when_same_point() {
+        // The private v2 namespace: unified bound over /sys/fs/cgroup. The v1 mounts below
+        // the old tmpfs are no longer reachable, but they are listed at other points;
+        // the mount on the same point (the tmpfs) is the one hidden.
+        let text =
+            format!("{MOUNTINFO}50 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n");
+        let hs = parse_hierarchies(&text);
+        assert!(hs
+            .iter()
+            .any(|h| h.unified && h.mount == Path::new("/sys/fs/cgroup")));
+    }
+
+    #[test]
+    fn proc_cgroup_lines() {
+        let l = parse_proc_cgroups("9:name=systemd:/a\n0::/u/v\nbad\n");
+        assert_eq!(l.len(), 2);
+        assert_eq!(
+            (l[1].id, l[1].controllers.as_str(), l[1].path.as_str()),
+            (0, "", "/u/v")
+        );
+        assert_eq!(
+            mount_points("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"),
+            ["/sys/fs/cgroup"]
+        );
     }
 }

@@ -606,8 +606,8 @@ state = "{state}"
         let info =
             std::fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).unwrap_or_default();
         let prefix = self.dir().to_string_lossy().into_owned();
-        info.lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        cgroups::mount_points(&info)
+            .into_iter()
             .filter(|m| m.starts_with(&prefix))
             .collect()
     }
@@ -667,9 +667,8 @@ state = "{state}"
         // Host-namespace leftovers (Host mode): unmount below our dir, deepest first.
         let prefix = self.dir().to_string_lossy().into_owned();
         let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut mps: Vec<String> = info
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        let mut mps: Vec<String> = cgroups::mount_points(&info)
+            .into_iter()
             .filter(|m| m.starts_with(&prefix))
             .collect();
         mps.sort_by_key(|m| std::cmp::Reverse(m.len()));
