@@ -1,4 +1,4 @@
-//! `shim-bench [all|start]` (root): benchmarks of `io.containerd.spin.v2` through CRI on a
+//! `shim-bench [all|start|http]` (root for `all` and `start`): benchmarks of `io.containerd.spin.v2` through CRI on a
 //! private containerd 1.6 (host cgroup v1 layout, kubelet systemd-style Burstable pods,
 //! host network), each row beside a native hyper hello server in a native image under
 //! `runc`, measured in the same run.
@@ -8,10 +8,15 @@
 //! Raw samples go to `target/bench/`, the report to `docs/benchmarks.md` (`all`) or
 //! `target/bench/start.md` (`start`).
 //!
+//! `http`: requests per second of `spin-serve` beside the native server, no containers
+//! (see [`http`]).
+//!
 //! Knobs: `BENCH_RUNS` (cold starts per row, default 5), `BENCH_DURATION` (wrk seconds per
 //! point, default 5), `BENCH_DENSITY` (pods, default 50), `BENCH_STATS` (ContainerStats
 //! calls, default 200). Needs `cargo build --release -p containerd-shim-spin-v2`,
 //! `cargo build --release -p spin-runtime --example native-hello`, `make apps`, `wrk`.
+
+mod http;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -793,9 +798,12 @@ async fn run(mode: &str) -> Result<()> {
 
 fn main() -> Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    if mode == "http" {
+        return http::run();
+    }
     ensure!(
         mode == "all" || mode == "start",
-        "unknown mode {mode:?}; usage: shim-bench [all|start]"
+        "unknown mode {mode:?}; usage: shim-bench [all|start|http]"
     );
     ensure!(
         nix_is_root(),
