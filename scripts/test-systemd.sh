@@ -11,6 +11,8 @@
 #     cpu.stat usage_usec >= 90% of the scope's; `ctr task metrics` gives the v2 message with
 #     PSI; after removal no scope unit and no cgroup remain;
 #   - cgroupfs driver on the same node: placement follows /kubepods/burstable/pod<uid>/<id>.
+# Then, with ctr: a native busybox in a systemd scope opening a node of a host block device is
+# refused (EPERM, the shim's device filter on the scope), and allowed with `--device`.
 # Everything the run creates (node, overlay, mounts, cgroups, nspawn state) is removed on exit,
 # also after a failure, and the host is checked for leftovers.
 #
@@ -133,6 +135,47 @@ node_run "$scenario" --socket "$NODE_CONTAINERD_SOCK" --ctr "$ctr17" --handler "
     || die "scenario failed (handler $handler)"
 log "scenarios passed in $(elapsed "$t")s"
 
+# --- device rules ------------------------------------------------------------------------
+# A native busybox (CAP_MKNOD, containerd's default device rules) in a transient systemd scope
+# (systemd driver: cgroupsPath slice:prefix:name) makes a node for a host block device and
+# opens it from an exec'd process: the open is refused (EPERM) by the device filter the shim
+# attached to the scope. With the disk allowed by the spec (ctr --device) the same read
+# passes: nothing else (nspawn, the node's systemd) refuses it.
+t=$(date +%s.%N)
+cp "$work/busybox.tar" "$NODE_DIR/root/var/tmp/"
+node_ctr image import /var/tmp/busybox.tar >/dev/null || die "importing the busybox image into the node"
+# The first block device of the host that root can open here (the disk holding / is refused
+# to root on these VMs themselves, so it would prove nothing).
+disk_major="" disk_minor=""
+for d in /sys/dev/block/*; do
+    name="$(sed -n 's/^DEVNAME=//p' "$d/uevent")"
+    [ -n "$name" ] && ( exec 3<"/dev/$name" ) 2>/dev/null || continue
+    IFS=: read -r disk_major disk_minor <<<"${d##*/}"
+    break
+done
+[ -n "$disk_major" ] || die "no block device of the host can be opened by root"
+disk_script="/bin/busybox mknod /dev/hostdisk b $disk_major $disk_minor; echo mknod=\$?; /bin/busybox head -c1 /dev/hostdisk >/dev/null; echo open=\$?"
+dev_id="devices-$$"
+node_ctr run -d --runtime io.containerd.spin.v2 --cgroup "system.slice:devtest:$dev_id" \
+    docker.io/library/busybox:test "$dev_id" /bin/sleep 120 >/dev/null || die "starting the busybox container in a scope"
+dev_cleanup() { node_ctr task kill -s KILL "$1" >/dev/null 2>&1; sleep 0.5; node_ctr task delete "$1" >/dev/null 2>&1; node_ctr container delete "$1" >/dev/null 2>&1 || true; }
+scope_state="$(node_sh systemctl is-active "devtest-$dev_id.scope" 2>&1 || true)"
+[ "$scope_state" = active ] || { dev_cleanup "$dev_id"; die "devtest-$dev_id.scope is $scope_state, not active"; }
+dev_out="$(node_ctr task exec --exec-id disk "$dev_id" /bin/sh -c "$disk_script" 2>&1 || true)"
+dev_cleanup "$dev_id"
+log "device rules, systemd scope, $disk_major:$disk_minor: $(echo "$dev_out" | tr '\n' ' ')"
+grep -q '^mknod=0$' <<<"$dev_out" || die "mknod of $disk_major:$disk_minor failed in the scope: $dev_out"
+{ grep -q 'hostdisk: Operation not permitted' <<<"$dev_out" && grep -q '^open=1$' <<<"$dev_out"; } \
+    || die "opening the host's disk was not refused in the systemd scope: $dev_out"
+node_sh mknod /dev/hostdisk-allowed b "$disk_major" "$disk_minor" || die "mknod in the node"
+dev_id="devices-allowed-$$"
+dev_out="$(node_ctr run --rm --runtime io.containerd.spin.v2 --cgroup "system.slice:devtest:$dev_id" \
+    --device /dev/hostdisk-allowed docker.io/library/busybox:test "$dev_id" \
+    /bin/sh -c '/bin/busybox head -c1 /dev/hostdisk-allowed >/dev/null; echo open=$?' 2>&1 || true)"
+node_sh rm -f /dev/hostdisk-allowed
+grep -q '^open=0$' <<<"$dev_out" || die "reading the disk allowed by --device failed in the scope: $dev_out"
+log "device rules: open refused in the scope, allowed with --device ($(elapsed "$t")s)"
+
 # --- doctor ------------------------------------------------------------------------------
 # On this node (systemd PID 1, pure cgroup v2, the runtime registered) every check must have
 # the verdict the node's facts call for: the cgroups verdict follows the controllers the
@@ -146,7 +189,8 @@ report, rc, ctl = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split()
 r = {c["check"]: c for c in report["checks"]}
 cg = "fail" if "memory" not in ctl else ("ok" if "cpu" in ctl else "warn")
 want = {"systemd": ("ok", "systemd 2"), "cgroups": (cg, "cgroup v2"), "runtime": ("ok", "handler `"),
-        "shim": ("ok", "containerd-shim-spin-v2"), "containerd": ("ok", "running as pid")}
+        "shim": ("ok", "containerd-shim-spin-v2"), "containerd": ("ok", "running as pid"),
+        "devices": ("ok", "device filters load")}
 bad = [f"{k}: {r.get(k)}" for k, (v, d) in want.items() if k not in r or r[k]["verdict"] != v or d not in r[k]["detail"]]
 if rc != (1 if cg == "fail" else 0):
     bad.append(f"exit code {rc} with cgroups verdict {cg}")

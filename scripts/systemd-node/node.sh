@@ -23,6 +23,8 @@
 # - Without a host systemd (--register=no --keep-unit) nspawn puts payload/ and supervisor/
 #   cgroups below its OWN cgroup: we start it in a cgroup we create and remove afterwards.
 # - nspawn's seccomp filter denies keyctl(); runc joins a session keyring, so @keyring is allowed.
+#   It also denies bpf() (EPERM), which a node's container runtime needs for cgroup v2 device
+#   filters (runc's and the shim's): bpf is allowed too, as on a real node.
 # - On a host without systemd nspawn leaves /run/systemd/nspawn/ on disk: removed at teardown.
 
 NODE_SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -107,7 +109,7 @@ node_boot() {
         echo "$BASHPID" >"$NODE_CG2_ROOT/$NODE_CGROUP/cgroup.procs"
         [ -n "$NODE_CGSD_ROOT" ] && echo "$BASHPID" >"$NODE_CGSD_ROOT/$NODE_CGROUP/cgroup.procs"
         SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 exec systemd-nspawn --quiet --register=no --keep-unit \
-            --private-network --system-call-filter=@keyring --console=read-only \
+            --private-network --system-call-filter='@keyring bpf' --console=read-only \
             -D "$NODE_DIR/root" -M "$NODE_NAME" --uuid="$machine_id" "${binds[@]}" \
             --boot -- systemd.firstboot=no systemd.unit=basic.target
     ) >"$NODE_DIR/console.log" 2>&1 </dev/null &

@@ -20,7 +20,7 @@ mod options;
 mod path;
 mod placement;
 
-pub use devices::{device_filter_support, YOUKI_MEMLOCK};
+pub use devices::{device_filter_support, DeviceFilter, DeviceKind};
 pub use error::PlacementError;
 pub use host::{CgroupLayout, Host, V1Hierarchy, CGROUP_ROOT};
 pub use metrics::{

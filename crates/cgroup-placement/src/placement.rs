@@ -444,6 +444,15 @@ impl Placement {
         use libcgroups::common::{CgroupManager, ControllerOpt};
         let mut res = resources.clone();
         filter_resources(host, &mut res);
+        if host.layout() == CgroupLayout::Unified
+            && res.devices().as_ref().is_some_and(|d| !d.is_empty())
+        {
+            tracing::warn!(
+                cgroup = %self.relative_path.display(),
+                "ignoring the device rules of an update: on cgroup v2 the device filter is \
+                 fixed when the container is created"
+            );
+        }
         self.manager()?.apply(&ControllerOpt {
             resources: &res,
             disable_oom_killer: false,
@@ -451,6 +460,28 @@ impl Placement {
             freezer_state: None,
         })?;
         Ok(())
+    }
+
+    /// Attaches the device filter of `rules` (the spec's `linux.resources.devices`, see
+    /// [`crate::DeviceFilter`]) to the container's cgroup on unified hosts, where no devices
+    /// controller exists. Call it once the cgroup exists (for the systemd driver: once
+    /// youki started the scope) and before the container's process runs. Returns false,
+    /// doing nothing, on legacy and hybrid hosts: there youki writes the rules to the v1
+    /// devices controller.
+    pub fn apply_device_filter(
+        &self,
+        rules: &[oci_spec::runtime::LinuxDeviceCgroup],
+    ) -> anyhow::Result<bool> {
+        if self.layout != CgroupLayout::Unified {
+            return Ok(false);
+        }
+        let dir = self
+            .unified_dir()
+            .context("unified host without cgroup2 root")?;
+        crate::DeviceFilter::from_rules(rules)
+            .attach(&dir)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        Ok(true)
     }
 
     /// Kills every process in the container's cgroup (SIGKILL, repeated while new ones

@@ -50,8 +50,6 @@ fn doctor(args: &[String]) -> i32 {
         handler: spin_engine::NAME.to_string(),
         cache_dir_env: spin_engine::cache_mount::DIR_ENV.to_string(),
         cache_default: PathBuf::from(spin_engine::cache_mount::DEFAULT_DIR),
-        // libcontainer is built without `cgroupsv2_devices` (see the README's security notes).
-        device_filter_built: false,
     };
     let report = node_doctor::inspect(&target, &opts);
     if json {

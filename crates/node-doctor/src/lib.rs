@@ -37,8 +37,6 @@ pub struct Target {
     pub cache_dir_env: String,
     /// The compile cache's default directory.
     pub cache_default: PathBuf,
-    /// Whether this build loads eBPF device filters on cgroup v2.
-    pub device_filter_built: bool,
 }
 
 /// Where to look; everything defaults to what the running containerd uses.
@@ -827,24 +825,22 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
 
     // Device rules.
     match layout {
-        Some(CgroupLayout::Unified) => {
-            let probe = cgroup_placement::device_filter_support();
-            let detail = match (&probe, target.device_filter_built) {
-                (_, false) => format!(
-                    "this build does not load cgroup v2 device filters: device allow-lists of native containers (pause, sidecars) are not enforced{}",
-                    match &probe { Ok(()) => " (the node could load them)".to_string(), Err(e) => format!(" (nor could this node: {e})") }
-                ),
-                (Ok(()), true) => "cgroup v2 device filters load".to_string(),
-                (Err(e), true) => format!("cgroup v2 device filters cannot load: {e}"),
-            };
-            let ok = target.device_filter_built && probe.is_ok();
-            add(
+        Some(CgroupLayout::Unified) => match cgroup_placement::device_filter_support() {
+            Ok(()) => add(
                 "devices",
-                if ok { Verdict::Ok } else { Verdict::Warn },
-                detail,
+                Verdict::Ok,
+                "cgroup v2 device filters load: the shim attaches one to every container's cgroup".into(),
                 None,
-            );
-        }
+            ),
+            Err(e) => add(
+                "devices",
+                Verdict::Warn,
+                format!(
+                    "cgroup v2 device filters cannot load ({e}): native containers other than the pod sandbox (pause) are refused at Create; Wasm containers run"
+                ),
+                None,
+            ),
+        },
         Some(_) => add(
             "devices",
             Verdict::Ok,

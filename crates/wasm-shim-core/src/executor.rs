@@ -56,6 +56,40 @@ pub fn classify(engines: &[Arc<dyn Engine>], entry: &Entrypoint) -> Result<Workl
     }
 }
 
+/// Annotation the shim sets at Create on a cgroup v2 host that cannot enforce device
+/// rules, with the reason; its executor then refuses native containers other than the pod
+/// sandbox (any value a client sent is dropped first).
+pub const DEVICE_FILTER_UNAVAILABLE: &str = "io.containerd.wasm-shim.device-filter-unavailable";
+
+/// Annotation containerd's CRI plugin puts on every container: `sandbox` for the pod's
+/// pause container, `container` for the others.
+pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+
+/// Whether `spec` is a Kubernetes pod sandbox (the pause container).
+pub fn is_pod_sandbox(spec: &Spec) -> bool {
+    spec.annotations()
+        .as_ref()
+        .and_then(|a| a.get(CRI_CONTAINER_TYPE))
+        .is_some_and(|t| t == "sandbox")
+}
+
+/// Why a native container may not run here: set when Create found that device rules
+/// cannot be enforced and the container is not a pod sandbox.
+fn native_refusal(spec: &Spec) -> Option<String> {
+    let reason = spec
+        .annotations()
+        .as_ref()?
+        .get(DEVICE_FILTER_UNAVAILABLE)?;
+    if is_pod_sandbox(spec) {
+        return None;
+    }
+    Some(format!(
+        "refusing a native container: this cgroup v2 node cannot enforce device rules \
+         ({reason}), so a native process with CAP_MKNOD could open the node's disks; only \
+         the pod sandbox (pause) runs natively without them, Wasm containers are unaffected"
+    ))
+}
+
 /// Reads up to `buf.len()` bytes from the start of `path`.
 pub(crate) fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
     use std::io::Read;
@@ -190,7 +224,10 @@ impl Executor for ShimExecutor {
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         match self.workload(spec) {
-            Ok((Workload::Native, _, _)) => DefaultExecutor {}.validate(spec),
+            Ok((Workload::Native, _, _)) => match native_refusal(spec) {
+                Some(msg) => Err(ExecutorValidationError::ArgValidationError(msg)),
+                None => DefaultExecutor {}.validate(spec),
+            },
             Ok(_) => Ok(()),
             Err(e) => Err(ExecutorValidationError::ArgValidationError(e)),
         }

@@ -83,6 +83,54 @@ pub struct ContainerdConfig {
     /// Environment for containerd, and so for the shims it starts (e.g.
     /// `SPIN_SHIM_STATE_DIR` for a private state dir).
     pub env: Vec<(String, String)>,
+    /// Start containerd (and so its shims and their containers) under a seccomp filter
+    /// that fails bpf(2) with EPERM: a node whose kernel refuses eBPF programs.
+    pub deny_bpf: bool,
+}
+
+/// Installs a seccomp filter failing bpf(2) with EPERM in this process and its future
+/// children (x86_64 syscalls; others pass). Root holds CAP_SYS_ADMIN, so no
+/// `no_new_privs` is needed (and none is set: the containers' setuid programs still work).
+fn deny_bpf_syscall() -> std::io::Result<()> {
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    let stmt = |code: u16, k: u32| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
+        jt,
+        jf,
+        k,
+    };
+    let filter = [
+        stmt(0x20, 4), // A = seccomp_data.arch
+        jeq(AUDIT_ARCH_X86_64, 0, 3),
+        stmt(0x20, 0), // A = seccomp_data.nr
+        jeq(libc::SYS_bpf as u32, 0, 1),
+        stmt(0x06, SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        stmt(0x06, SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` and the filter it points to outlive the call.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Root of the cargo workspace.
@@ -249,6 +297,8 @@ pub struct Containerd {
     pid: i32,
     /// containerd's environment (PATH with the shim first, then the config's).
     env: Vec<(String, String)>,
+    /// See [`ContainerdConfig::deny_bpf`].
+    deny_bpf: bool,
 }
 
 impl Containerd {
@@ -335,6 +385,7 @@ state = "{state}"
             child: None,
             pid: 0,
             env,
+            deny_bpf: config.deny_bpf,
         };
         me.launch()?;
         Ok(me)
@@ -363,6 +414,13 @@ state = "{state}"
                 c
             }
         };
+        if self.deny_bpf {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the hook only makes prctl calls, which are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(deny_bpf_syscall);
+            }
+        }
         let child = cmd
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

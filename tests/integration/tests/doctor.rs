@@ -135,7 +135,12 @@ fn doctor_sees_the_v2_layout_containerd_sees() {
         if verdict == "fail" {
             expect(&report, "cgroups", "fail", &["missing memory"])?;
         }
-        expect(&report, "devices", "warn", &["not enforced"])?;
+        expect(
+            &report,
+            "devices",
+            "ok",
+            &["device filters load", "every container's cgroup"],
+        )?;
         ensure!(code == want_code, "exit {code}, want {want_code}: {report}");
         Ok(())
     })();

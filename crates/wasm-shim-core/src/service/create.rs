@@ -28,6 +28,14 @@ impl Service {
         )?;
         placement.claim()?;
         placement.rewrite_spec(&mut spec, &self.inner.host);
+        let device_filter = device_filter_check(&self.inner.host, &mut spec);
+        let device_rules = spec
+            .linux()
+            .as_ref()
+            .and_then(|l| l.resources().as_ref())
+            .and_then(|r| r.devices().clone())
+            .unwrap_or_default();
+        let sandbox = crate::executor::is_pod_sandbox(&spec);
 
         let rootfs_mounted = if req.rootfs.is_empty() {
             None
@@ -71,6 +79,23 @@ impl Service {
             let z = self.inner.zygote.clone();
             let pid = tokio::task::spawn_blocking(move || z.create(&zreq)).await??;
             persisted.placement.add_process(pid)?;
+            // The container's process waits for Start: the filter is in place before
+            // anything of the image runs.
+            if device_filter {
+                match persisted.placement.apply_device_filter(&device_rules) {
+                    Ok(_) => {}
+                    Err(e) if sandbox => tracing::warn!(
+                        id = %req.id,
+                        "pod sandbox runs without a device filter: {e:#}"
+                    ),
+                    Err(e) => {
+                        return Err(ShimError::FailedPrecondition(format!(
+                            "cannot enforce the container's device rules on cgroup v2: {e:#}"
+                        ))
+                        .into())
+                    }
+                }
+            }
             persisted.pid = Some(pid);
             persisted.save(&bundle)?;
             Ok(pid)
@@ -134,4 +159,33 @@ impl Service {
         }
         Ok(())
     }
+}
+
+/// On unified hosts, whether the device filter can be attached (the kernel accepted a
+/// device program once in this shim process); when it cannot, marks `spec` so that the
+/// executor refuses native containers other than the pod sandbox
+/// ([`crate::executor::DEVICE_FILTER_UNAVAILABLE`]). Any value of that annotation a client
+/// sent is dropped. False on legacy and hybrid hosts (the v1 devices controller applies).
+fn device_filter_check(
+    host: &cgroup_placement::Host,
+    spec: &mut libcontainer::oci_spec::runtime::Spec,
+) -> bool {
+    use crate::executor::DEVICE_FILTER_UNAVAILABLE;
+    static SUPPORT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let mut annotations = spec.annotations().clone().unwrap_or_default();
+    annotations.remove(DEVICE_FILTER_UNAVAILABLE);
+    let ok = if host.layout() == cgroup_placement::CgroupLayout::Unified {
+        match SUPPORT.get_or_init(cgroup_placement::device_filter_support) {
+            Ok(()) => true,
+            Err(reason) => {
+                tracing::warn!("cgroup v2 device rules cannot be enforced here: {reason}");
+                annotations.insert(DEVICE_FILTER_UNAVAILABLE.to_string(), reason.clone());
+                false
+            }
+        }
+    } else {
+        false
+    };
+    spec.set_annotations((!annotations.is_empty()).then_some(annotations));
+    ok
 }
