@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the guest Wasm apps under tests/apps for wasm32-wasip2 (and wasip1 core modules
 # where a test needs one: wasi-*-p1, and the SDK proof apps sdk3-http (spin-sdk 3.x, wasip1
-# only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)).
+# only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)). sdk6-http (spin-sdk 6.x, Spin 4) is
+# built for wasm32-wasip2 and exports the WASIp3 handler (wasi:http/handler@0.3.0-rc-2026-03-15).
 # Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
 scripts="$(cd "$(dirname "$0")" && pwd)"

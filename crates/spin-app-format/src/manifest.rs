@@ -409,8 +409,10 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
         }
         if e.dependencies {
             bail!(
-                "{origin}: {} trigger `{}`: trigger `dependencies` (middleware) cannot be locked \
-                 here; compose the component before deploying",
+                "{origin}: {} trigger `{}`: key `dependencies`: Spin 4's trigger dependencies \
+                 (middleware composed in front of the component) are not supported by this \
+                 runtime; compose the middleware into the component before deploying (e.g. with \
+                 `wac plug`), or remove the key",
                 e.trigger_type,
                 e.id
             );

@@ -293,6 +293,41 @@ fn manifest_errors_name_file_key_and_reason() {
     }
 }
 
+/// Spin 4's trigger `dependencies` (middleware composition) are refused naming the trigger
+/// and the key; Spin 3.x's `executor = { type = "wasip3-unstable" }` is kept for the
+/// runtime to accept.
+#[test]
+fn spin4_trigger_dependencies_are_refused_and_wasip3_executor_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let base = d.path().canonicalize().unwrap();
+    write(&base, &[("c.wasm", b""), ("m.wasm", b"")]);
+    let head = "spin_manifest_version = 2\n[application]\nname = \"e\"\n";
+    let components = "[component.c]\nsource = \"c.wasm\"\n[component.m]\nsource = \"m.wasm\"\n";
+    let middleware = format!(
+        "{head}[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\ndependencies.middleware = [{{ component = \"m\" }}]\n{components}"
+    );
+    let e = manifest::parse(&middleware, &base, "app/spin.toml")
+        .map(|_| ())
+        .unwrap_err();
+    let text = format!("{e:#}");
+    for n in [
+        "app/spin.toml",
+        "http trigger",
+        "key `dependencies`",
+        "middleware",
+    ] {
+        assert!(text.contains(n), "`{n}` missing from: {text}");
+    }
+    let p3 = format!(
+        "{head}[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\nexecutor = {{ type = \"wasip3-unstable\" }}\n{components}"
+    );
+    let app = manifest::parse(&p3, &base, "app/spin.toml").unwrap();
+    assert_eq!(
+        app.locked.triggers[0].trigger_config["executor"],
+        json!({"type": "wasip3-unstable"})
+    );
+}
+
 #[test]
 fn redis_trigger_and_its_app_settings_are_typed() {
     let d = tempfile::tempdir().unwrap();

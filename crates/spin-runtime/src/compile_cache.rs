@@ -243,6 +243,16 @@ pub fn compile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Re
         );
         converted = crate::componentize::componentize(wasm, name)?;
         &converted[..]
+    } else if crate::p3::mentions_rc_snapshot(wasm) {
+        tracing::info!(
+            component = name,
+            "WASIp3 snapshot {} component (Spin 4): retargeting it to WASI {}",
+            crate::p3::RC_SNAPSHOT,
+            crate::p3::RELEASE
+        );
+        converted = crate::p3::retarget_snapshot(wasm)
+            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?;
+        &converted[..]
     } else {
         wasm
     };

@@ -8,6 +8,7 @@
 //!   together.
 //! - [`compile_cache`]: on-disk cache of compiled components (shared with the image loader).
 //! - [`componentize`]: wasip1 core modules made into components with the preview1 adapter.
+//! - [`p3`]: Spin 4 (WASIp3) components: the snapshot's names retargeted, WASIp3 linked.
 //! - [`host`]: host features (variables, key-value, outbound HTTP allow-list).
 //! - [`limits`]: request deadline, HTTP timeouts, connection cap, instance memory cap.
 //!
@@ -23,6 +24,7 @@ pub mod componentize;
 pub mod host;
 pub mod limits;
 pub mod metrics;
+pub mod p3;
 pub mod routing;
 pub mod runtime;
 pub mod server;

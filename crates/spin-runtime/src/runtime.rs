@@ -12,6 +12,7 @@ use wasmtime::component::{Component as WasmComponent, InstancePre, Linker, Resou
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::app::{App, Component, FileMount};
@@ -175,6 +176,9 @@ pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'sta
 pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
+    // Spin 4 (WASIp3) components: async lifts and lowers, streams and futures. Wasmtime 48
+    // enables it by default; set here because the runtime depends on it.
+    config.wasm_component_model_async(true);
     config.epoch_interruption(true);
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::default();
@@ -198,11 +202,20 @@ pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Re
 /// (host dir, guest path) pairs mounted read-only.
 type Preopens = Vec<(PathBuf, String)>;
 
+/// The HTTP handler a component exports.
+pub(crate) enum HttpPre {
+    /// `wasi:http/incoming-handler@0.2.x` (Spin 2 and 3 SDKs).
+    P2(ProxyPre<InstanceState>),
+    /// `wasi:http/handler@0.3.0` (Spin 4 SDKs, retargeted from the
+    /// `0.3.0-rc-2026-03-15` snapshot by [`crate::p3`]).
+    P3(ServicePre<InstanceState>),
+}
+
 /// A component ready to serve: pre-instantiated, with its env, preopens and host state.
 pub(crate) struct PreparedComponent {
     pub(crate) id: String,
     /// The HTTP handler, for components an HTTP trigger routes to.
-    pre: Option<ProxyPre<InstanceState>>,
+    pre: Option<HttpPre>,
     /// The component pre-instantiated, for the other triggers' exports.
     pub(crate) instance_pre: InstancePre<InstanceState>,
     env: Vec<(String, String)>,
@@ -250,8 +263,8 @@ impl LoadedApp {
     /// Compiles (or loads from cache) and pre-instantiates every component, builds the
     /// router and the host state. Fails naming the component on a bad source, a missing
     /// import, or a component an HTTP trigger routes to without a
-    /// `wasi:http/incoming-handler@0.2.x` export (other triggers' exports are checked by
-    /// [`crate::trigger`]).
+    /// `wasi:http/incoming-handler@0.2.x` or `wasi:http/handler@0.3.x` export (other
+    /// triggers' exports are checked by [`crate::trigger`]).
     pub fn load(app: App, config: &RuntimeConfig) -> anyhow::Result<LoadedApp> {
         let engine = engine_with_memory_cap(
             crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
@@ -260,6 +273,7 @@ impl LoadedApp {
         let mut linker: Linker<InstanceState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        crate::p3::add_to_linker(&mut linker)?;
         host::add_to_linker(&mut linker)?;
 
         let mut stats = LoadStats::default();
@@ -302,12 +316,7 @@ impl LoadedApp {
                     }
                 })?;
             let pre = if http {
-                Some(ProxyPre::new(instance_pre.clone()).map_err(|e| {
-                    anyhow!(
-                        "component `{}`: not a wasi:http handler: {e:#}",
-                        component.id
-                    )
-                })?)
+                Some(http_pre(&instance_pre, &component.id)?)
             } else {
                 None
             };
@@ -406,9 +415,24 @@ impl LoadedApp {
         Ok(store)
     }
 
-    /// The pre-instantiated proxy of a component an HTTP trigger routes to.
-    pub(crate) fn proxy_pre(component: &PreparedComponent) -> Option<&ProxyPre<InstanceState>> {
+    /// The pre-instantiated HTTP handler of a component an HTTP trigger routes to.
+    pub(crate) fn proxy_pre(component: &PreparedComponent) -> Option<&HttpPre> {
         component.pre.as_ref()
+    }
+}
+
+/// The HTTP handler of `instance_pre`: the WASIp2 incoming handler, else the WASIp3 one
+/// ([`check_exports`] already saw one of them).
+fn http_pre(instance_pre: &InstancePre<InstanceState>, id: &str) -> anyhow::Result<HttpPre> {
+    let p2 = match ProxyPre::new(instance_pre.clone()) {
+        Ok(pre) => return Ok(HttpPre::P2(pre)),
+        Err(e) => e,
+    };
+    match ServicePre::new(instance_pre.clone()) {
+        Ok(pre) => Ok(HttpPre::P3(pre)),
+        Err(p3) => {
+            bail!("component `{id}`: not a wasi:http handler: as WASIp2: {p2:#}; as WASIp3: {p3:#}")
+        }
     }
 }
 
@@ -436,11 +460,28 @@ fn check_exports(engine: &Engine, wasm: &WasmComponent, id: &str) -> anyhow::Res
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    if names
+    let p2 = names
         .iter()
-        .any(|n| n.starts_with("wasi:http/incoming-handler@0.2"))
-    {
+        .any(|n| n.starts_with("wasi:http/incoming-handler@0.2"));
+    let p3 = names.iter().any(|n| n == "wasi:http/handler@0.3.0");
+    if p2 && p3 {
+        bail!(
+            "component `{id}` exports both wasi:http/incoming-handler@0.2.x and \
+             wasi:http/handler@0.3.x; an HTTP component must export only one"
+        );
+    }
+    if p2 || p3 {
         return Ok(());
+    }
+    if let Some(n) = names
+        .iter()
+        .find(|n| n.starts_with("wasi:http/handler@0.3"))
+    {
+        bail!(
+            "component `{id}` exports `{n}`, a WASIp3 snapshot this runtime does not serve; \
+             it serves wasi:http/handler@0.3.0 and the 0.3.0-rc-2026-03-15 snapshot of \
+             Spin 4's SDKs (spin-sdk 6.x for Rust, 4.x for Python)"
+        );
     }
     if names
         .iter()
@@ -453,8 +494,8 @@ fn check_exports(engine: &Engine, wasm: &WasmComponent, id: &str) -> anyhow::Res
         );
     }
     bail!(
-        "component `{id}` does not export wasi:http/incoming-handler@0.2.x (its exports: {}); \
-         HTTP triggers need an HTTP component",
+        "component `{id}` does not export wasi:http/incoming-handler@0.2.x or \
+         wasi:http/handler@0.3.x (its exports: {}); HTTP triggers need an HTTP component",
         if names.is_empty() {
             "none".to_string()
         } else {

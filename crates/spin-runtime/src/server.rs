@@ -19,7 +19,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::routing::{RouteMatch, WELL_KNOWN_PREFIX};
-use crate::runtime::LoadedApp;
+use crate::runtime::{HttpPre, LoadedApp};
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBody> {
     let mut r = Response::new(
@@ -199,6 +199,12 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<wasmtime_wasi_http::Error>,
 {
+    let pre = match LoadedApp::proxy_pre(component)
+        .ok_or_else(|| anyhow!("component `{}` is not an HTTP component", component.id))?
+    {
+        HttpPre::P2(pre) => pre.clone(),
+        HttpPre::P3(pre) => return call_component_p3(app, component, pre.clone(), req).await,
+    };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
@@ -211,9 +217,6 @@ where
         .http()
         .new_response_outparam(sender)
         .map_err(anyhow::Error::from)?;
-    let pre = LoadedApp::proxy_pre(component)
-        .ok_or_else(|| anyhow!("component `{}` is not an HTTP component", component.id))?
-        .clone();
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
@@ -237,51 +240,171 @@ where
                 None => TaskEnd::Done(run.await),
             }
         };
-        let limiter = &store.data().limits;
-        match end {
-            TaskEnd::Deadline => {
-                tracing::error!(
-                    component = %id,
-                    "request ended: it ran longer than the request deadline of {:?} \
-                     (set {} to change it, 0 for none); the instance was stopped",
-                    deadline.unwrap_or_default(),
-                    crate::limits::REQUEST_TIMEOUT_ENV
-                );
-                Err(CallError::Deadline)
-            }
-            TaskEnd::Done(Ok(())) => Ok(()),
-            TaskEnd::Done(Err(e)) => {
-                if let Some(m) = &metrics {
-                    m.trapped(&id);
-                }
-                let e = anyhow::Error::from(e);
-                Err(CallError::Failed(
-                    match (limiter.refused(), limiter.max()) {
-                        (Some(wanted), Some(max)) => e.context(format!(
-                            "component `{id}` ran out of memory: it tried to grow a linear memory \
-                         to {wanted} bytes, over the per-instance cap of {max} bytes (set {} \
-                         to change it; by default half the container's memory limit); only \
-                         this request failed",
-                            crate::runtime::MAX_MEMORY_ENV
-                        )),
-                        _ => e,
-                    },
-                ))
-            }
-        }
+        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
     });
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
-        Err(_) => match task.await {
-            Ok(Ok(())) => Err(anyhow!("component did not set a response").into()),
-            Ok(Err(CallError::Deadline)) => Err(CallError::Deadline),
-            Ok(Err(CallError::Failed(e))) => Err(CallError::Failed(
-                e.context("component trapped before sending a response"),
-            )),
-            Err(e) => Err(anyhow!(e).into()),
-        },
+        Err(_) => no_response(task).await,
     }
+}
+
+/// What a guest task's end means for the request: the deadline, a trap (with the memory
+/// cap named when a growth over it caused it), or success.
+fn task_end(
+    end: TaskEnd,
+    limiter: &crate::limits::MemoryLimiter,
+    id: &str,
+    deadline: Option<std::time::Duration>,
+    metrics: Option<&crate::metrics::Metrics>,
+) -> Result<(), CallError> {
+    match end {
+        TaskEnd::Deadline => {
+            tracing::error!(
+                component = %id,
+                "request ended: it ran longer than the request deadline of {:?} \
+                 (set {} to change it, 0 for none); the instance was stopped",
+                deadline.unwrap_or_default(),
+                crate::limits::REQUEST_TIMEOUT_ENV
+            );
+            Err(CallError::Deadline)
+        }
+        TaskEnd::Done(Ok(())) => Ok(()),
+        TaskEnd::Done(Err(e)) => {
+            if let Some(m) = metrics {
+                m.trapped(id);
+            }
+            let e = anyhow::Error::from(e);
+            Err(CallError::Failed(
+                match (limiter.refused(), limiter.max()) {
+                    (Some(wanted), Some(max)) => e.context(format!(
+                        "component `{id}` ran out of memory: it tried to grow a linear memory \
+                         to {wanted} bytes, over the per-instance cap of {max} bytes (set {} \
+                         to change it; by default half the container's memory limit); only \
+                         this request failed",
+                        crate::runtime::MAX_MEMORY_ENV
+                    )),
+                    _ => e,
+                },
+            ))
+        }
+    }
+}
+
+/// The error of a request whose guest task ended without sending a response.
+async fn no_response<T>(
+    task: tokio::task::JoinHandle<Result<(), CallError>>,
+) -> Result<T, CallError> {
+    match task.await {
+        Ok(Ok(())) => Err(anyhow!("component did not set a response").into()),
+        Ok(Err(CallError::Deadline)) => Err(CallError::Deadline),
+        Ok(Err(CallError::Failed(e))) => Err(CallError::Failed(
+            e.context("component trapped before sending a response"),
+        )),
+        Err(e) => Err(anyhow!(e).into()),
+    }
+}
+
+/// As [`call_component`], for a WASIp3 component (`wasi:http/handler@0.3.0`): the request
+/// becomes a `wasi:http/types.request` with an absolute URI (`http://<host><path>`, as the
+/// WASIp2 path's scheme and authority), `handle` runs inside the store's concurrent event
+/// loop, and the loop keeps running after the response is returned, until the guest's
+/// tasks have all ended (its body and trailers are written from them), or the deadline.
+async fn call_component_p3<B>(
+    app: &LoadedApp,
+    component: &crate::runtime::PreparedComponent,
+    pre: wasmtime_wasi_http::p3::bindings::ServicePre<crate::InstanceState>,
+    req: Request<B>,
+) -> Result<Response<HyperOutgoingBody>, CallError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<wasmtime_wasi_http::Error>,
+{
+    let mut store = app.new_store(component)?;
+    let (sender, receiver) =
+        tokio::sync::oneshot::channel::<Result<Response<HyperOutgoingBody>, String>>();
+    let req = absolute_uri(req);
+    let deadline = app.limits.request_timeout;
+    let id = component.id.clone();
+    let metrics = app.metrics.clone();
+    let task = tokio::task::spawn(async move {
+        let end = {
+            let run = async {
+                let service = pre.instantiate_async(&mut store).await?;
+                if let Some(m) = &metrics {
+                    m.instantiated(&id);
+                }
+                store
+                    .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
+                        let (request, request_io) = accessor.with(|mut access| {
+                            let view = access.data_mut().http();
+                            let (request, io) =
+                                wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
+                            // Boxed: the future is `'static`, but its type names the
+                            // borrow of the hooks it was made with.
+                            (request, Box::pin(io) as RequestIo)
+                        });
+                        match service.handle(accessor, request).await? {
+                            Ok(response) => {
+                                let response = accessor.with(|mut access| {
+                                    response.into_http(&mut access, request_io)
+                                })?;
+                                let _ = sender.send(Ok(response));
+                            }
+                            Err(code) => {
+                                let _ = sender.send(Err(format!("{code:?}")));
+                            }
+                        }
+                        std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
+                        Ok(())
+                    })
+                    .await?
+            };
+            match deadline {
+                Some(d) => match tokio::time::timeout(d, run).await {
+                    Ok(r) => TaskEnd::Done(r),
+                    Err(_) => TaskEnd::Deadline,
+                },
+                None => TaskEnd::Done(run.await),
+            }
+        };
+        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
+    });
+    match receiver.await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(code)) => Err(anyhow!("component returned error {code}").into()),
+        Err(_) => no_response(task).await,
+    }
+}
+
+/// How the request body's transmission ended, for the guest that consumed it.
+type RequestIo =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send + 'static>>;
+
+/// `req` with an absolute `http://` URI, its authority from the `Host` header (which
+/// [`handle`] always sets).
+fn absolute_uri<B>(mut req: Request<B>) -> Request<B> {
+    if req.uri().authority().is_some() {
+        return req;
+    }
+    let Some(host) = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+    else {
+        return req;
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = Some(host);
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    }
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *req.uri_mut() = uri;
+    }
+    req
 }
 
 /// Client address Spin gives chained requests.

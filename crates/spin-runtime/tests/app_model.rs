@@ -399,7 +399,31 @@ fn locked_app_errors_name_the_problem() {
                 "metadata.name",
             ),
         ),
+        (
+            "trigger dependencies (Spin 4 middleware)",
+            (
+                |v: &mut serde_json::Value| {
+                    v["triggers"][0]["trigger_dependencies"] = serde_json::json!({"middleware": [{"source": {"content_type": "application/wasm", "source": "file:///m.wasm"}, "export": null}]});
+                },
+                "key `dependencies` (`dependencies.middleware`)",
+            ),
+        ),
+        (
+            "unknown executor",
+            (
+                |v: &mut serde_json::Value| {
+                    v["triggers"][0]["trigger_config"]["executor"] =
+                        serde_json::json!({"type": "wasip4"});
+                },
+                "executor type `wasip4` is not supported",
+            ),
+        ),
     ]);
+    // Spin 3.x's opt-in to WASIp3 handlers is the default executor.
+    let mut json = base.clone();
+    json["triggers"][0]["trigger_config"]["executor"] =
+        serde_json::json!({"type": "wasip3-unstable"});
+    App::from_locked_json(json.to_string().as_bytes(), &FileUrlResolver).unwrap();
     for (name, (edit, needle)) in cases {
         let mut json = base.clone();
         edit(&mut json);

@@ -1,6 +1,7 @@
 //! Apps written against published Spin SDKs, served by `spin-serve`: spin-sdk 3.x and 5.x
 //! built for wasm32-wasip1 (core modules, componentized at load with the preview1 adapter and
-//! cached keyed by the module) and 5.x for wasm32-wasip2. Also: `.env` in the app directory
+//! cached keyed by the module), 5.x for wasm32-wasip2, and 6.x (Spin 4: a WASIp3 component
+//! exporting only `wasi:http/handler@0.3.0-rc-2026-03-15`). Also: `.env` in the app directory
 //! supplies `SPIN_VARIABLE_*` values as `spin up` does, the environment winning.
 //!
 //! Each start's time to listening and the server's RSS are printed (`sdk-apps:` lines) for
@@ -62,6 +63,16 @@ fn serve_sdk_app(app: &str, sdk: &str, target: &str) {
                 "{log}"
             );
         }
+        if sdk == "6" {
+            // The guest keeps writing its body after `handle` returned the response.
+            let r = server.get("/stream");
+            assert_eq!(r.status, 200, "{app} {round} /stream: {}", r.text());
+            let want: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+            assert_eq!(r.text(), want);
+            if round == "cold" {
+                assert!(log.contains("retargeting it to WASI 0.3.0"), "{log}");
+            }
+        }
     }
     let entries = cache_entries(cache.path());
     assert_eq!(entries.len(), 1, "one cache entry: {entries:?}");
@@ -89,6 +100,39 @@ fn spin_sdk_5_wasip1() {
 #[test]
 fn spin_sdk_5_wasip2() {
     serve_sdk_app("sdk5-http-p2", "5", "wasip2");
+}
+
+#[test]
+fn spin_sdk_6_wasip3() {
+    serve_sdk_app("sdk6-http", "6", "wasip2 (WASIp3 handler)");
+}
+
+/// Many requests to the WASIp3 app at once, each its own instance: every one answered.
+#[test]
+fn spin_sdk_6_concurrent_requests() {
+    let dir = prepare_app("sdk6-http");
+    let server = Server::start(dir.path(), &[]);
+    let addr = server.addr;
+    let t = Instant::now();
+    let threads: Vec<_> = (0..8)
+        .map(|n| {
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let path = format!("/echo/{n}/{i}");
+                    let r = request(addr, "GET", &path, b"");
+                    assert_eq!(r.status, 200, "{path}: {}", r.text());
+                    assert_eq!(r.text(), format!("sdk=6 route=/echo path=/{n}/{i}\n"));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    eprintln!(
+        "sdk-apps: spin-sdk 6 (WASIp3): 200 requests from 8 clients in {} ms",
+        t.elapsed().as_millis()
+    );
 }
 
 #[test]

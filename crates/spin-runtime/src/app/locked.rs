@@ -56,6 +56,9 @@ fn content(c: &ContentRef, resolver: &dyn ContentResolver) -> anyhow::Result<Con
 /// Host requirements this runtime meets (none yet: no service chaining, no middleware).
 const SUPPORTED_HOST_REQUIREMENTS: &[&str] = &[];
 
+/// `executor = { type = "wasip3-unstable" }` of Spin 3.x apps with a WASIp3 handler.
+const WASIP3_UNSTABLE: &str = "wasip3-unstable";
+
 pub(super) fn convert(
     lock: LockedApp,
     resolver: &dyn ContentResolver,
@@ -77,6 +80,16 @@ pub(super) fn convert(
     let mut event_triggers = EventTriggers::default();
     for t in &lock.triggers {
         let id = t.id.clone();
+        if let Some(role) = t.trigger_dependencies.keys().next() {
+            bail!(
+                "{origin}: {} trigger `{}`: key `dependencies` (`dependencies.{role}`): Spin 4's \
+                 trigger dependencies (middleware composed in front of the component) are not \
+                 supported by this runtime; compose the middleware into the component before \
+                 deploying (e.g. with `wac plug`), or remove the key",
+                t.trigger_type,
+                t.id
+            );
+        }
         match TriggerConfig::of(t).map_err(|e| anyhow!("{origin}: {e:#}"))? {
             TriggerConfig::Other { trigger_type, .. } if trigger_type == "sqs" => bail!(
                 "{origin}: trigger `{}` ([[trigger.sqs]]): the SQS trigger needs Amazon SQS (AWS), \
@@ -97,9 +110,16 @@ pub(super) fn convert(
                 h.check(&t.id).map_err(|e| anyhow!("{origin}: {e}"))?;
                 match &h.executor {
                     None | Some(HttpExecutor::Http) => {}
+                    // Spin 3.x's opt-in to WASIp3 handlers (Spin 4 detects them from the
+                    // export, as this runtime does): the same executor.
+                    Some(HttpExecutor::Other {
+                        executor_type,
+                        config,
+                    }) if executor_type == WASIP3_UNSTABLE && config.is_empty() => {}
                     Some(other) => bail!(
                         "{origin}: http trigger `{}`: key `executor`: executor type `{}` is not \
-                         supported (only the default `http`/`spin` executor; WAGI is not)",
+                         supported (only the default `http`/`spin` executor and \
+                         `{WASIP3_UNSTABLE}`; WAGI is not)",
                         t.id,
                         other.type_name()
                     ),

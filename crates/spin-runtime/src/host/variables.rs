@@ -367,6 +367,12 @@ pub fn component_values(
 }
 
 impl HostState {
+    /// As [`Self::variable`], owned: for Spin 4's `spin:variables/variables@3.0.0`
+    /// ([`crate::p3`]).
+    pub(crate) fn variable_for_guest(&self, key: &str) -> Result<String, VarError> {
+        self.variable(key).map(str::to_string)
+    }
+
     /// The value of component variable `key`, with Spin's error cases.
     fn variable(&self, key: &str) -> Result<&str, VarError> {
         check_key(key).map_err(VarError::Invalid)?;
@@ -384,8 +390,11 @@ impl HostState {
     }
 }
 
-enum VarError {
+/// Why a guest's variable lookup failed (Spin's error cases).
+pub(crate) enum VarError {
+    /// The name is not a valid variable name.
     Invalid(String),
+    /// The component declares no such variable.
     Undefined(String),
 }
 
