@@ -1,5 +1,6 @@
 //! The runtime `options` containerd hands the shim (runc `Options` protobuf, or CRI's
-//! `runtimeoptions.v1.Options` with a TOML body): never a panic on any bytes.
+//! `runtimeoptions.v1.Options` with a TOML body, bare or as `start`'s stdin): never a panic
+//! on any bytes.
 #![no_main]
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
@@ -22,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
         ..Default::default()
     };
     let _ = cgroup_placement::systemd_option(Some(&any));
+    let _ = cgroup_placement::decode_start_stdin(data);
     if let Ok(body) = std::str::from_utf8(&data[1..]) {
         let _ = cgroup_placement::systemd_cgroup_option(body);
     }

@@ -396,7 +396,7 @@ mod tests {
     }
 
     use DeviceKind::{Block, Char};
-    use LinuxDeviceType::{A, B, C};
+    use LinuxDeviceType::{A, B};
 
     /// containerd's default: deny all, then the defaults. Disks are refused, pseudo
     /// devices and mknod are allowed.

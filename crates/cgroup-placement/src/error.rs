@@ -50,10 +50,11 @@ pub enum PlacementError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The runtime options' `config_body` is not TOML, or `SystemdCgroup` is not a boolean.
+    /// The runtime options cannot be decoded: a bad message, a body that is not TOML, or a
+    /// `SystemdCgroup` that is not a boolean.
     #[error(
-        "invalid runtime options config_body: {reason}; expected TOML such as \
-         \"SystemdCgroup = true\" (an empty body is allowed)"
+        "invalid runtime options (this runtime's `options` table in containerd's config): \
+         {reason}; expected TOML such as \"SystemdCgroup = true\" (an empty table is allowed)"
     )]
     InvalidOptions {
         /// What is wrong with it.

@@ -27,7 +27,7 @@ pub use metrics::{
     parse_psi, read_psi, read_v1_metrics, read_v2_metrics, Metrics, V1_METRICS_TYPE_URL,
     V2_METRICS_TYPE_URL,
 };
-pub use options::systemd_option;
+pub use options::{decode_start_stdin, systemd_option, RuntimeOptions};
 pub use path::{
     expand_slice, parse_cgroups_path, systemd_cgroup_option, CgroupsPath, DEFAULT_SLICE,
     MAX_COMPONENT_LEN,

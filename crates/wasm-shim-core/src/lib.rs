@@ -9,7 +9,8 @@
 //! With engine name `<e>` (see [`engine::ShimNames`]):
 //! - `start` prints only the ttrpc address (`unix:///run/containerd/s/<sha256>`); containers
 //!   whose `io.kubernetes.cri.sandbox-id` annotations are equal share one server process.
-//!   The runtime options containerd writes to its stdin are decoded by [`start_options`]
+//!   The runtime options containerd writes to its stdin are decoded by
+//!   [`cgroup_placement::decode_start_stdin`]
 //!   (never taken as a cgroup path); placement follows each container's `cgroupsPath`.
 //! - Per container the shim keeps `<bundle>/<e>-shim-state.json` (placement, libcontainer
 //!   state root, rootfs mount, init pid) and a libcontainer state root
@@ -40,7 +41,6 @@ pub mod logging;
 pub mod oom;
 pub mod service;
 pub mod shim;
-pub mod start_options;
 pub mod state;
 pub mod stdio;
 pub mod untrusted;

@@ -14,7 +14,6 @@ use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{Config, Error, Flags, StartOpts};
 
 use crate::service::Service;
-use crate::start_options;
 use crate::state::{self, Persisted};
 use crate::zygote;
 
@@ -75,7 +74,8 @@ impl Shim for WasmShim {
         std::io::stdin()
             .read_to_end(&mut stdin)
             .map_err(|e| Error::Other(format!("start: reading the runtime options: {e}")))?;
-        let options = start_options::decode(&stdin).map_err(|e| Error::Other(format!("{e:#}")))?;
+        let options = cgroup_placement::decode_start_stdin(&stdin)
+            .map_err(|e| Error::InvalidArgument(format!("start: {e}")))?;
         let cwd = std::env::current_dir().map_err(|e| Error::Other(e.to_string()))?;
         let group = grouping(&cwd, &opts.id);
         let address = containerd_shim::socket_address(&opts.address, &opts.namespace, &group);
@@ -84,7 +84,7 @@ impl Shim for WasmShim {
         } else {
             if let Some(cg) = &options.shim_cgroup {
                 // The server process spawned next is born in this cgroup.
-                start_options::join_shim_cgroup(cg).map_err(|e| Error::Other(format!("{e:#}")))?;
+                join_shim_cgroup(cg)?;
             }
             spawn(opts, &group, Vec::new()).await?
         };
@@ -129,6 +129,14 @@ impl Shim for WasmShim {
             .clone();
         Service::new(self.namespace.clone(), zygote, publisher, self.exit.clone()).await
     }
+}
+
+/// Moves the calling process into the cgroup a runc `shim_cgroup` option names (relative
+/// to each hierarchy's root), as runc's shim does with its own process: `start` calls it
+/// before spawning the server, which then starts in that cgroup.
+fn join_shim_cgroup(path: &str) -> Result<(), Error> {
+    containerd_shim::cgroup::add_task_to_cgroup(path, std::process::id())
+        .map_err(|e| Error::Other(format!("runtime option shim_cgroup {path:?}: {e}")))
 }
 
 #[cfg(test)]
