@@ -319,9 +319,7 @@ mod tests {
             .encode_to_vec()
         };
         let ext = ExtensionMsg {
-            value: Some(
-                AnyMsg::decode(&runtime_options("SystemdCgroup = true\n")[..]).unwrap(),
-            ),
+            value: Some(AnyMsg::decode(&runtime_options("SystemdCgroup = true\n")[..]).unwrap()),
         };
         assert_eq!(
             decode_start_stdin(&params(vec![ext]))
