@@ -12,11 +12,11 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerConfig, ContainerMetadata, ContainerStats, ContainerStatsFilter,
     ContainerStatsRequest, ContainerStatusRequest, CreateContainerRequest, ImageSpec, KeyValue,
-    LinuxContainerConfig, LinuxContainerResources, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, ListContainerStatsRequest, ListImagesRequest, NamespaceMode,
-    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxStatusRequest,
-    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
-    StopContainerRequest, StopPodSandboxRequest, VersionRequest,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainerStatsRequest,
+    ListImagesRequest, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -173,7 +173,18 @@ impl Cri {
                     cpu_period: if c.cpu_quota > 0 { 100_000 } else { 0 },
                     ..Default::default()
                 }),
-                security_context: None,
+                // As kubelet sends it without shareProcessNamespace: the pod's network and
+                // IPC, a PID namespace of the container's own (CRI's default, POD, would
+                // put every container in the sandbox's).
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        pid: NamespaceMode::Container as i32,
+                        ipc: NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
             }),
             labels: HashMap::from([("io.kubernetes.container.name".into(), c.name.clone())]),
             ..Default::default()
