@@ -420,9 +420,10 @@ impl Placement {
         Ok(())
     }
 
-    /// Puts the placement's path into the spec youki reads ([`Placement::youki_cgroups_path`])
-    /// and drops resource settings whose controller `host` lacks ([`filter_resources`],
-    /// logged).
+    /// Puts the placement's path into the spec youki reads ([`Placement::youki_cgroups_path`]),
+    /// drops resource settings whose controller `host` lacks ([`filter_resources`],
+    /// logged), and on cgroup v1 hosts replaces the spec's `cgroup` mount by what it means
+    /// ([`Placement::v1_cgroup_mounts`]).
     pub fn rewrite_spec(&self, spec: &mut oci_spec::runtime::Spec, host: &Host) {
         let mut linux = spec.linux().clone().unwrap_or_default();
         linux.set_cgroups_path(Some(PathBuf::from(self.youki_cgroups_path())));
@@ -431,6 +432,65 @@ impl Placement {
             linux.set_resources(Some(res));
         }
         spec.set_linux(Some(linux));
+        if let Some(mut mounts) = spec.mounts().clone() {
+            if let Some(i) = mounts
+                .iter()
+                .position(|m| m.typ().as_deref() == Some("cgroup"))
+            {
+                if let Some(replacement) = self.v1_cgroup_mounts(&mounts[i]) {
+                    mounts.splice(i..=i, replacement);
+                    spec.set_mounts(Some(mounts));
+                }
+            }
+        }
+    }
+
+    /// On cgroup v1 hosts (legacy and hybrid, cgroupfs driver), the mounts that give the
+    /// container the view a `cgroup` mount at `mount`'s destination means: a tmpfs, and in
+    /// it each v1 hierarchy of the host under `/sys/fs/cgroup` (named as on the host) as a
+    /// bind of the container's own cgroup directory, read-only when the mount is. This is
+    /// what youki 0.7 emulates itself, but it finds the container's cgroups through
+    /// `/proc/<pid>` of the host with the pid the init has in its PID namespace, which
+    /// names another process, or none ("failed to prepare rootfs"), whenever the container
+    /// joins an existing PID namespace (a pod with `shareProcessNamespace`). `None` where
+    /// nothing needs replacing (unified hosts, the systemd driver).
+    pub fn v1_cgroup_mounts(
+        &self,
+        mount: &oci_spec::runtime::Mount,
+    ) -> Option<Vec<oci_spec::runtime::Mount>> {
+        use oci_spec::runtime::MountBuilder;
+        if self.driver != Driver::Cgroupfs || self.v1.is_empty() {
+            return None;
+        }
+        let dest = mount.destination();
+        let ro = mount.options().iter().flatten().any(|o| o == "ro");
+        let opts = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut out = vec![MountBuilder::default()
+            .destination(dest)
+            .typ("tmpfs")
+            .source("tmpfs")
+            .options(opts(&["noexec", "nosuid", "nodev", "mode=755"]))
+            .build()
+            .ok()?];
+        let mut bind_opts = opts(&["rbind", "nosuid", "noexec", "nodev"]);
+        if ro {
+            bind_opts.push("ro".into());
+        }
+        for h in &self.v1 {
+            let Ok(name) = h.mount_point.strip_prefix(crate::CGROUP_ROOT) else {
+                continue;
+            };
+            out.push(
+                MountBuilder::default()
+                    .destination(dest.join(name))
+                    .typ("bind")
+                    .source(h.mount_point.join(self.rel()))
+                    .options(bind_opts.clone())
+                    .build()
+                    .ok()?,
+            );
+        }
+        Some(out)
     }
 
     /// Applies new resource settings (containerd's Update) to the container's cgroup

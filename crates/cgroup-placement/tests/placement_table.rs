@@ -553,3 +553,92 @@ fn warns_when_the_option_contradicts_the_path() {
     });
     assert!(log.is_empty(), "{log}");
 }
+
+/// containerd's `cgroup` mount of a CRI container, as in its default spec.
+fn cri_cgroup_mount(ro: bool) -> oci_spec::runtime::Mount {
+    let mut opts = vec!["nosuid", "noexec", "nodev", "relatime"];
+    if ro {
+        opts.push("ro");
+    }
+    oci_spec::runtime::MountBuilder::default()
+        .destination("/sys/fs/cgroup")
+        .typ("cgroup")
+        .source("cgroup")
+        .options(opts.into_iter().map(String::from).collect::<Vec<_>>())
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn v1_cgroup_mount_becomes_binds_of_the_container_cgroup() {
+    let host = legacy_host();
+    let path = format!("/kubepods/burstable/pod{SEED_UID}/{SEED_ID}");
+    let p = decide(Some(&path), SEED_ID, None, &host).unwrap();
+    let mounts = p.v1_cgroup_mounts(&cri_cgroup_mount(true)).unwrap();
+    let got: Vec<(String, String, String, bool)> = mounts
+        .iter()
+        .map(|m| {
+            (
+                m.destination().display().to_string(),
+                m.typ().clone().unwrap_or_default(),
+                m.source()
+                    .as_ref()
+                    .map(|s| s.display().to_string())
+                    .unwrap_or_default(),
+                m.options().iter().flatten().any(|o| o == "ro"),
+            )
+        })
+        .collect();
+    let bind = |name: &str| {
+        (
+            format!("/sys/fs/cgroup/{name}"),
+            "bind".to_string(),
+            format!("/sys/fs/cgroup/{name}{path}"),
+            true,
+        )
+    };
+    assert_eq!(
+        got,
+        vec![
+            (
+                "/sys/fs/cgroup".into(),
+                "tmpfs".into(),
+                "tmpfs".into(),
+                false
+            ),
+            bind("systemd"),
+            bind("cpu,cpuacct"),
+            bind("net_cls,net_prio"),
+            bind("memory"),
+            bind("rdma"),
+            bind("pids"),
+        ]
+    );
+    // A privileged container's rw mount gives rw binds.
+    let rw = p.v1_cgroup_mounts(&cri_cgroup_mount(false)).unwrap();
+    assert!(rw[1..]
+        .iter()
+        .all(|m| !m.options().iter().flatten().any(|o| o == "ro")));
+
+    // In a spec: the cgroup mount is replaced in place; others stay.
+    let mut spec = oci_spec::runtime::Spec::default();
+    let before: Vec<_> = spec
+        .mounts()
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.typ().as_deref() != Some("cgroup"))
+        .collect();
+    let mut with = before.clone();
+    with.push(cri_cgroup_mount(true));
+    spec.set_mounts(Some(with));
+    p.rewrite_spec(&mut spec, &host);
+    let after = spec.mounts().clone().unwrap();
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert_eq!(after.len(), before.len() + 7);
+    assert!(after.iter().all(|m| m.typ().as_deref() != Some("cgroup")));
+
+    // Unified hosts keep the cgroup2 mount as it is.
+    let p = decide(Some(&path), SEED_ID, None, &unified_host(false)).unwrap();
+    assert!(p.v1_cgroup_mounts(&cri_cgroup_mount(true)).is_none());
+}

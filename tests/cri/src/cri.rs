@@ -61,6 +61,8 @@ pub struct ContainerSpec {
     pub cpu_shares: i64,
     /// CFS quota in microseconds per `cpu_period` (0 = unlimited).
     pub cpu_quota: i64,
+    /// The pod's `shareProcessNamespace`: the container joins the sandbox's PID namespace.
+    pub share_process_namespace: bool,
 }
 
 impl Cri {
@@ -173,13 +175,17 @@ impl Cri {
                     cpu_period: if c.cpu_quota > 0 { 100_000 } else { 0 },
                     ..Default::default()
                 }),
-                // As kubelet sends it without shareProcessNamespace: the pod's network and
-                // IPC, a PID namespace of the container's own (CRI's default, POD, would
-                // put every container in the sandbox's).
+                // As kubelet sends it: the pod's network and IPC, and a PID namespace of
+                // the container's own unless the pod shares one (CRI's default, POD, is
+                // the sandbox's).
                 security_context: Some(LinuxContainerSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: NamespaceMode::Node as i32,
-                        pid: NamespaceMode::Container as i32,
+                        pid: if c.share_process_namespace {
+                            NamespaceMode::Pod
+                        } else {
+                            NamespaceMode::Container
+                        } as i32,
                         ipc: NamespaceMode::Pod as i32,
                         ..Default::default()
                     }),

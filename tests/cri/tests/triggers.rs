@@ -3,8 +3,8 @@
 //! its `args` reaching the guest, and the guest's exit code in the CRI container status
 //! (what kubelet reports as the Job's result). The pod is torn down without leftovers.
 //!
-//! Also: Redis-, cron- and MQTT-triggered apps in one pod against a real redis-server and
-//! mosquitto on loopback (pods share the host network here): each published message handled
+//! Also: Redis-, cron- and MQTT-triggered apps in one pod (sharing its PID namespace)
+//! against a real redis-server and mosquitto on loopback (pods share the host network here): each published message handled
 //! once (Redis: across a server restart); a 1-second schedule gives 5 +/- 1 ticks in 5 s.
 //!
 //! Needs what `tests/cri/tests/cri.rs` needs (built shim, `scripts/build-apps.sh`).
@@ -174,6 +174,10 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
                     image: format!("docker.io/library/{name}:cri"),
                     command: vec!["/".into()],
                     envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    // One PID namespace for the pod: on cgroup v1 youki 0.7 alone fails the
+                    // third container here ("failed to prepare rootfs"), see
+                    // `Placement::v1_cgroup_mounts`.
+                    share_process_namespace: true,
                     ..Default::default()
                 };
                 let id = cri

@@ -68,6 +68,9 @@ impl Service {
             // The one write of config.json per Create: placement and engines' changes.
             spec.save(bundle.join("config.json"))
                 .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))?;
+            // The container's directories in every hierarchy exist before its init mounts
+            // them (the spec's cgroup mount binds them on v1 hosts).
+            persisted.placement.create()?;
             let zreq = zygote::CreateRequest {
                 bundle: bundle.clone(),
                 state_root: persisted.state_root.clone(),
