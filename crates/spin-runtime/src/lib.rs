@@ -61,7 +61,7 @@ pub fn run_in_container(app_dir: &Path, env: &[(String, String)]) -> anyhow::Res
 
 /// What spin-operator's environment asks of an app before it is served:
 /// `SPIN_COMPONENTS_TO_RETAIN` selects the components ([`App::retain_components`]), and
-/// `OTEL_EXPORTER_OTLP_*` is warned about (no exporter here).
+/// `OTEL_EXPORTER_OTLP_*` configures trace export ([`init_tracing`]).
 pub fn apply_deployment_env(app: &mut App, env: &[(String, String)]) -> anyhow::Result<()> {
     if let Some((_, v)) = env
         .iter()
@@ -73,16 +73,6 @@ pub fn apply_deployment_env(app: &mut App, env: &[(String, String)]) -> anyhow::
             app.retain_components(&retain)?;
             tracing::info!("selective deployment: serving components {retain:?}");
         }
-    }
-    // spin-operator sets these from its OpenTelemetry settings; this runtime exports none.
-    for (k, _) in env
-        .iter()
-        .filter(|(k, _)| k.starts_with("OTEL_EXPORTER_OTLP_"))
-    {
-        tracing::warn!(
-            "{k} is set, but this runtime does not export OpenTelemetry traces, metrics or \
-             logs: telemetry is not sent (unset it in the SpinApp's executor to silence this)"
-        );
     }
     Ok(())
 }
@@ -110,7 +100,7 @@ pub fn run_app_with_args(
         .thread_name("spin-worker")
         .build()
         .context("cannot start the tokio runtime")?;
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let shutdown = shutdown_signal()?;
         run_triggers(
             app,
@@ -124,7 +114,9 @@ pub fn run_app_with_args(
             shutdown,
         )
         .await
-    })
+    });
+    otel_export::shutdown();
+    code
 }
 
 /// Loads `app`, binds `config.listen`, calls `on_listening` with the bound address, and
@@ -204,17 +196,41 @@ pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` from `env` (default `info`). Idempotent.
+/// Logs to stderr, filtered by `RUST_LOG` from `env` (default `info`), and exports traces
+/// when `OTEL_EXPORTER_OTLP_*` in `env` (or the process environment) asks for it
+/// ([`otel_export`]; service name `spin` unless `OTEL_SERVICE_NAME` says otherwise).
+/// Idempotent.
 pub fn init_tracing(env: &[(String, String)]) {
-    let filter = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "RUST_LOG")
-        .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| "info".to_string());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let lookup = |key: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(key).ok())
+    };
+    ONCE.call_once(|| {
+        let filter = lookup("RUST_LOG").unwrap_or_else(|| "info".to_string());
+        // Host-call trace events carry arguments and results (secrets): never logged.
+        let filter = format!("{filter},{}=off", otel_export::HOST_CALL_TARGETS);
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(tracing_subscriber::EnvFilter::new(filter));
+        let otel = otel_export::layer_from_env(&lookup, "spin", &[]);
+        if tracing_subscriber::registry()
+            .with(fmt)
+            .with(otel)
+            .try_init()
+            .is_ok()
+        {
+            match otel_export::decision() {
+            Some((true, line)) => tracing::info!("{line}"),
+            Some((false, line)) => tracing::warn!("{line}"),
+            None => {}
+        }
+        }
+    });
 }

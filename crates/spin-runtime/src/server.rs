@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tracing::Instrument as _;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
@@ -112,7 +113,11 @@ async fn handle(
         .metrics
         .as_ref()
         .map(|m| (m.start(), std::time::Instant::now()));
-    let resp = match call_component(&app, &component, req).await {
+    let span = request_span(&req, &route.route, &component.id);
+    let resp = match call_component(&app, &component, req)
+        .instrument(span.clone())
+        .await
+    {
         Ok(r) => r,
         Err(CallError::Deadline) => text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"),
         Err(CallError::Failed(e)) => {
@@ -120,6 +125,12 @@ async fn handle(
             empty(StatusCode::INTERNAL_SERVER_ERROR)
         }
     };
+    if otel_export::enabled() {
+        span.record("http.response.status_code", resp.status().as_u16());
+        if resp.status().is_server_error() {
+            otel_export::set_error(&span, resp.status().to_string());
+        }
+    }
     if let (Some(m), Some((_in_flight, t0))) = (&app.metrics, timing) {
         m.answered(
             &component.id,
@@ -129,6 +140,27 @@ async fn handle(
         );
     }
     resp
+}
+
+/// The server span of a request routed to a component, a child of the request's W3C
+/// `traceparent`; `Span::none()` when traces are off.
+fn request_span<B>(req: &Request<B>, route: &str, component: &str) -> tracing::Span {
+    if !otel_export::enabled() {
+        return tracing::Span::none();
+    }
+    let method = req.method().as_str();
+    let span = tracing::info_span!(
+        "spin_trigger_http.handle_http_request",
+        otel.kind = "server",
+        otel.name = format!("{method} {route}"),
+        http.request.method = method,
+        http.route = route,
+        url.path = req.uri().path(),
+        spin.component_id = component,
+        http.response.status_code = tracing::field::Empty,
+    );
+    otel_export::set_parent_from(&span, req.headers());
+    span
 }
 
 /// Adds the headers Spin gives every component request.
@@ -241,7 +273,8 @@ where
             }
         };
         task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-    });
+    }
+    .instrument(tracing::Span::current()));
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
@@ -369,7 +402,8 @@ where
             }
         };
         task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-    });
+    }
+    .instrument(tracing::Span::current()));
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code}").into()),

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 
+use tracing::Instrument as _;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
@@ -74,17 +75,21 @@ impl WasiHttpHooks for HostState {
     > {
         let _ = fut;
         let mut request = request;
+        let span = outbound_span(&mut request);
         let verdict = host::check_outbound(self, request.uri());
         if let Some(target) = crate::chain::chaining_target(request.uri()) {
             let chain = self.chain.clone();
-            return Box::new(async move {
-                verdict?;
-                let resp = chain.call(&target, request).await?;
-                Ok((
-                    resp,
-                    Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
-                ))
-            });
+            return Box::new(
+                async move {
+                    verdict?;
+                    let resp = chain.call(&target, request).await?;
+                    Ok((
+                        resp,
+                        Box::new(async { Ok(()) }) as Box<dyn Future<Output = _> + Send>,
+                    ))
+                }
+                .instrument(span),
+            );
         }
         let verdict = match verdict {
             Ok(()) if crate::chain::is_self_request(request.uri()) => {
@@ -93,19 +98,77 @@ impl WasiHttpHooks for HostState {
             v => v,
         };
         if let Some(config) = host::client_tls_for(self, request.uri()) {
-            return Box::new(async move {
-                verdict?;
-                host::tls::send(request, options, config).await
-            });
+            return Box::new(
+                async move {
+                    verdict?;
+                    let r = host::tls::send(request, options, config).await;
+                    record_outbound(&r);
+                    r
+                }
+                .instrument(span),
+            );
         }
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            verdict?;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((
-                res.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = _> + Send>,
-            ))
-        })
+        Box::new(
+            async move {
+                use http_body_util::BodyExt;
+                verdict?;
+                let r = wasmtime_wasi_http::default_send_request(request, options).await;
+                record_outbound(&r);
+                let (res, io) = r?;
+                Ok((
+                    res.map(BodyExt::boxed_unsync),
+                    Box::new(io) as Box<dyn Future<Output = _> + Send>,
+                ))
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// The client span of an outbound request (scheme, host, port and path; never the query),
+/// whose context goes out as the request's `traceparent`. `Span::none()` when traces are off.
+fn outbound_span<B>(request: &mut http::Request<B>) -> tracing::Span {
+    if !otel_export::enabled() {
+        return tracing::Span::none();
+    }
+    let uri = request.uri();
+    let host = uri.host().unwrap_or_default().to_string();
+    let port = uri.port_u16();
+    let url = format!(
+        "{}://{}{}{}",
+        uri.scheme_str().unwrap_or("http"),
+        host,
+        port.map(|p| format!(":{p}")).unwrap_or_default(),
+        uri.path()
+    );
+    let method = request.method().as_str().to_string();
+    let span = tracing::info_span!(
+        "spin_outbound_http.send_request",
+        otel.kind = "client",
+        otel.name = method.as_str(),
+        http.request.method = method.as_str(),
+        server.address = host.as_str(),
+        url.full = url.as_str(),
+        server.port = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let Some(p) = port {
+        span.record("server.port", p);
+    }
+    otel_export::inject_into(&span, request.headers_mut());
+    span
+}
+
+/// Records an outbound response's status (or failure) on the current outbound span.
+fn record_outbound<B, E: std::fmt::Debug>(r: &Result<(http::Response<B>, impl Sized), E>) {
+    if !otel_export::enabled() {
+        return;
+    }
+    let span = tracing::Span::current();
+    match r {
+        Ok((resp, _)) => {
+            span.record("http.response.status_code", resp.status().as_u16());
+        }
+        Err(e) => otel_export::set_error(&span, format!("{e:?}")),
     }
 }

@@ -130,4 +130,5 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         runtime_id,
         Some(config),
     ));
+    otel_export::shutdown();
 }

@@ -7,6 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::OwnedFd;
 use std::sync::{Mutex, OnceLock};
 
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::EnvFilter;
 
 /// Default filter when `RUST_LOG` is unset.
@@ -20,14 +21,18 @@ pub fn log_fd() -> Option<OwnedFd> {
     LOG.get()?.try_clone().ok().map(OwnedFd::from)
 }
 
-/// Installs the global subscriber. `server`: write to `./log` if it exists.
+/// Target of the Task API spans (TRACE: exported when traces are on, never logged).
+pub const TASK_API_TARGET: &str = "wasm_shim_core::service";
+
+/// Installs the global subscriber. `server`: write to `./log` if it exists, and export the
+/// Task API's spans when the shim's environment has `OTEL_EXPORTER_OTLP_*`
+/// ([`otel_export`]; service name: the binary's file name).
 pub fn init(server: bool) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_target(true);
     let log_fifo = if server {
         OpenOptions::new().write(true).open("log").ok()
     } else {
@@ -36,8 +41,32 @@ pub fn init(server: bool) {
     if let Some(f) = log_fifo.as_ref().and_then(|f| f.try_clone().ok()) {
         let _ = LOG.set(f);
     }
-    let _ = match log_fifo {
-        Some(f) => builder.with_writer(Mutex::new(f)).try_init(),
-        None => builder.with_writer(std::io::stderr).try_init(),
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_target(true);
+    let fmt = match log_fifo {
+        Some(f) => fmt.with_writer(BoxMakeWriter::new(Mutex::new(f))),
+        None => fmt.with_writer(BoxMakeWriter::new(std::io::stderr)),
     };
+    let otel = if server {
+        let service = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "containerd-shim".into());
+        otel_export::layer_from_env(&|k| std::env::var(k).ok(), &service, &[TASK_API_TARGET])
+    } else {
+        None
+    };
+    if tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .try_init()
+        .is_ok()
+    {
+        match otel_export::decision() {
+            Some((true, line)) => tracing::info!("{line}"),
+            Some((false, line)) => tracing::warn!("{line}"),
+            None => {}
+        }
+    }
 }

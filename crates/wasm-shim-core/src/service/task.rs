@@ -7,6 +7,13 @@ const CREATED_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5)
 
 #[async_trait]
 impl Task for Service {
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Create",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn create(
         &self,
         _ctx: &TtrpcContext,
@@ -79,6 +86,13 @@ impl Task for Service {
         })
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Start",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn start(
         &self,
         _ctx: &TtrpcContext,
@@ -146,6 +160,13 @@ impl Task for Service {
         })
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Wait",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn wait(
         &self,
         _ctx: &TtrpcContext,
@@ -169,6 +190,13 @@ impl Task for Service {
         })
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Kill",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
         if !req.exec_id.is_empty() {
             return Err(unsupported("exec"));
@@ -201,6 +229,13 @@ impl Task for Service {
         }
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Delete",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn delete(
         &self,
         _ctx: &TtrpcContext,
@@ -303,6 +338,13 @@ impl Task for Service {
         })
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Update",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn update(
         &self,
         _ctx: &TtrpcContext,
@@ -327,6 +369,13 @@ impl Task for Service {
         Ok(api::Empty::new())
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Pause",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
         let c = self
             .transition(&req.id, Phase::Running, Phase::Paused, "pause", |c| {
@@ -344,6 +393,13 @@ impl Task for Service {
         Ok(api::Empty::new())
     }
 
+    #[tracing::instrument(
+        target = "wasm_shim_core::service",
+        level = "trace",
+        name = "containerd.task.v2.Task/Resume",
+        skip_all,
+        fields(otel.kind = "server", container.id = %req.id)
+    )]
     async fn resume(
         &self,
         _ctx: &TtrpcContext,
