@@ -147,7 +147,10 @@ impl OtlpConfig {
             (Some(e), _) => e,
             (None, Protocol::Grpc) => base.unwrap_or_default(),
             (None, Protocol::HttpProtobuf) => {
-                format!("{}/v1/traces", base.unwrap_or_default().trim_end_matches('/'))
+                format!(
+                    "{}/v1/traces",
+                    base.unwrap_or_default().trim_end_matches('/')
+                )
             }
         };
         let endpoint = endpoint.trim().to_string();
@@ -190,8 +193,7 @@ impl OtlpConfig {
                 format!("OTEL_BSP_SCHEDULE_DELAY={v:?} is not a number of milliseconds")
             })?),
         };
-        let level =
-            non_empty(get, "SPIN_OTEL_TRACING_LEVEL").unwrap_or_else(|| "info".to_string());
+        let level = non_empty(get, "SPIN_OTEL_TRACING_LEVEL").unwrap_or_else(|| "info".to_string());
         Ok(Some(OtlpConfig {
             endpoint,
             protocol,
@@ -308,8 +310,11 @@ fn build_exporter(
         Protocol::Grpc => {
             let mut metadata = tonic::metadata::MetadataMap::new();
             for (k, v) in &config.headers {
-                let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                    .with_context(|| format!("OTLP header name {k:?} is not valid gRPC metadata"))?;
+                let key =
+                    tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                        .with_context(|| {
+                            format!("OTLP header name {k:?} is not valid gRPC metadata")
+                        })?;
                 let value = v
                     .parse()
                     .with_context(|| format!("OTLP header {k:?} has a value that is not ASCII"))?;
@@ -338,10 +343,7 @@ fn build_exporter(
 /// `trace_targets` pass at every level (instrumentation kept at TRACE so that it costs
 /// nothing when traces are off). The first call installs the process's tracer provider;
 /// later calls fail.
-pub fn layer<S>(
-    config: &OtlpConfig,
-    trace_targets: &[&str],
-) -> anyhow::Result<impl Layer<S> + Send + Sync + 'static>
+pub fn layer<S>(config: &OtlpConfig, trace_targets: &[&str]) -> anyhow::Result<impl Layer<S>>
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
@@ -363,7 +365,11 @@ where
     );
     let provider = SdkTracerProvider::builder()
         .with_span_processor(HostCallNames(batch))
-        .with_resource(Resource::builder_empty().with_attributes(attributes).build())
+        .with_resource(
+            Resource::builder_empty()
+                .with_attributes(attributes)
+                .build(),
+        )
         .build();
     if PROVIDER.set(provider.clone()).is_err() {
         bail!("the OpenTelemetry exporter is already installed in this process");
@@ -373,13 +379,12 @@ where
     for t in trace_targets {
         directives.push_str(&format!(",{t}=trace"));
     }
-    let filter = EnvFilter::try_new(directives)
-        .with_context(|| {
-            format!(
-                "SPIN_OTEL_TRACING_LEVEL={:?} is not a tracing filter (e.g. `info`)",
-                config.level
-            )
-        })?;
+    let filter = EnvFilter::try_new(directives).with_context(|| {
+        format!(
+            "SPIN_OTEL_TRACING_LEVEL={:?} is not a tracing filter (e.g. `info`)",
+            config.level
+        )
+    })?;
     // Host-call events carry arguments and results: never exported.
     let no_host_events =
         filter_fn(|m| !(m.is_event() && m.target().starts_with(HOST_CALL_TARGETS)));
@@ -401,12 +406,14 @@ pub fn layer_from_env<S>(
     get: &dyn Fn(&str) -> Option<String>,
     default_service: &str,
     trace_targets: &[&str],
-) -> Option<impl Layer<S> + Send + Sync + 'static>
+) -> Option<impl Layer<S>>
 where
     S: tracing::Subscriber + for<'a> LookupSpan<'a>,
 {
-    let result = OtlpConfig::from_lookup(get, default_service)
-        .and_then(|c| c.map(|c| layer(&c, trace_targets).map(|l| (c, l))).transpose());
+    let result = OtlpConfig::from_lookup(get, default_service).and_then(|c| {
+        c.map(|c| layer(&c, trace_targets).map(|l| (c, l)))
+            .transpose()
+    });
     match result {
         Ok(Some((c, l))) => {
             PENDING_LOG.get_or_init(|| {
@@ -482,7 +489,11 @@ pub fn inject_into(span: &tracing::Span, headers: &mut http::HeaderMap) {
 }
 
 /// Sets an attribute on `span`'s exported form (no effect when traces are off).
-pub fn set_attribute(span: &tracing::Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
+pub fn set_attribute(
+    span: &tracing::Span,
+    key: &'static str,
+    value: impl Into<opentelemetry::Value>,
+) {
     span.set_attribute(key, value);
 }
 
@@ -531,7 +542,10 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_HEADERS", "a=1,b=x%20y"),
             ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "A=2"),
-            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=shop,k8s.pod.name=p"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=shop,k8s.pod.name=p",
+            ),
         ])
         .unwrap()
         .unwrap();
@@ -550,7 +564,10 @@ mod tests {
         ])
         .unwrap()
         .unwrap();
-        assert_eq!((c.endpoint.as_str(), c.service_name.as_str()), ("http://t:9/x", "svc"));
+        assert_eq!(
+            (c.endpoint.as_str(), c.service_name.as_str()),
+            ("http://t:9/x", "svc")
+        );
     }
 
     #[test]

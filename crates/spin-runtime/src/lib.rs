@@ -98,6 +98,7 @@ pub fn run_app_with_args(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("spin-worker")
+        .on_thread_start(enter_tracing)
         .build()
         .context("cannot start the tokio runtime")?;
     let code = runtime.block_on(async move {
@@ -220,17 +221,29 @@ pub fn init_tracing(env: &[(String, String)]) {
             .with_writer(std::io::stderr)
             .with_filter(tracing_subscriber::EnvFilter::new(filter));
         let otel = otel_export::layer_from_env(&lookup, "spin", &[]);
-        if tracing_subscriber::registry()
-            .with(fmt)
-            .with(otel)
-            .try_init()
-            .is_ok()
-        {
-            match otel_export::decision() {
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(fmt).with(otel));
+        if dispatch.clone().try_init().is_err() {
+            // In a container the shim's container-creation helper installed its subscriber
+            // before it forked this process: ours serves this thread and every thread of
+            // the runtime ([`enter_tracing`]).
+            let _ = THREAD_DISPATCH.set(dispatch.clone());
+            enter_tracing();
+        }
+        match otel_export::decision() {
             Some((true, line)) => tracing::info!("{line}"),
             Some((false, line)) => tracing::warn!("{line}"),
             None => {}
         }
-        }
     });
+}
+
+/// The subscriber of [`init_tracing`] when another one was already global.
+static THREAD_DISPATCH: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+
+/// Makes [`init_tracing`]'s subscriber the calling thread's for good (runtime threads call
+/// it at start), where it could not be made the global one.
+pub(crate) fn enter_tracing() {
+    if let Some(d) = THREAD_DISPATCH.get() {
+        std::mem::forget(tracing::dispatcher::set_default(d));
+    }
 }

@@ -252,33 +252,43 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = tokio::task::spawn(async move {
-        let end = {
-            let run = async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                if let Some(m) = &metrics {
-                    m.instantiated(&id);
-                }
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, incoming, out)
-                    .await
+    let task = tokio::task::spawn(
+        async move {
+            let end = {
+                let run = async {
+                    let proxy = pre.instantiate_async(&mut store).await?;
+                    if let Some(m) = &metrics {
+                        m.instantiated(&id);
+                    }
+                    proxy
+                        .wasi_http_incoming_handler()
+                        .call_handle(&mut store, incoming, out)
+                        .await
+                };
+                within(deadline, run).await
             };
-            match deadline {
-                Some(d) => match tokio::time::timeout(d, run).await {
-                    Ok(r) => TaskEnd::Done(r),
-                    Err(_) => TaskEnd::Deadline,
-                },
-                None => TaskEnd::Done(run.await),
-            }
-        };
-        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-    }
-    .instrument(tracing::Span::current()));
+            task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
+        }
+        .instrument(tracing::Span::current()),
+    );
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
         Err(_) => no_response(task).await,
+    }
+}
+
+/// Runs a guest task to its end or to the request deadline, whichever comes first.
+async fn within<F>(deadline: Option<Duration>, run: F) -> TaskEnd
+where
+    F: Future<Output = wasmtime::Result<()>>,
+{
+    match deadline {
+        Some(d) => match tokio::time::timeout(d, run).await {
+            Ok(r) => TaskEnd::Done(r),
+            Err(_) => TaskEnd::Deadline,
+        },
+        None => TaskEnd::Done(run.await),
     }
 }
 
@@ -360,50 +370,46 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = tokio::task::spawn(async move {
-        let end = {
-            let run = async {
-                let service = pre.instantiate_async(&mut store).await?;
-                if let Some(m) = &metrics {
-                    m.instantiated(&id);
-                }
-                store
-                    .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
-                        let (request, request_io) = accessor.with(|mut access| {
-                            let view = access.data_mut().http();
-                            let (request, io) =
-                                wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
-                            // Boxed: the future is `'static`, but its type names the
-                            // borrow of the hooks it was made with.
-                            (request, Box::pin(io) as RequestIo)
-                        });
-                        match service.handle(accessor, request).await? {
-                            Ok(response) => {
-                                let response = accessor.with(|mut access| {
-                                    response.into_http(&mut access, request_io)
-                                })?;
-                                let _ = sender.send(Ok(response));
+    let task = tokio::task::spawn(
+        async move {
+            let end = {
+                let run = async {
+                    let service = pre.instantiate_async(&mut store).await?;
+                    if let Some(m) = &metrics {
+                        m.instantiated(&id);
+                    }
+                    store
+                        .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
+                            let (request, request_io) = accessor.with(|mut access| {
+                                let view = access.data_mut().http();
+                                let (request, io) =
+                                    wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
+                                // Boxed: the future is `'static`, but its type names the
+                                // borrow of the hooks it was made with.
+                                (request, Box::pin(io) as RequestIo)
+                            });
+                            match service.handle(accessor, request).await? {
+                                Ok(response) => {
+                                    let response = accessor.with(|mut access| {
+                                        response.into_http(&mut access, request_io)
+                                    })?;
+                                    let _ = sender.send(Ok(response));
+                                }
+                                Err(code) => {
+                                    let _ = sender.send(Err(format!("{code:?}")));
+                                }
                             }
-                            Err(code) => {
-                                let _ = sender.send(Err(format!("{code:?}")));
-                            }
-                        }
-                        std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
-                        Ok(())
-                    })
-                    .await?
+                            std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
+                            Ok(())
+                        })
+                        .await?
+                };
+                within(deadline, run).await
             };
-            match deadline {
-                Some(d) => match tokio::time::timeout(d, run).await {
-                    Ok(r) => TaskEnd::Done(r),
-                    Err(_) => TaskEnd::Deadline,
-                },
-                None => TaskEnd::Done(run.await),
-            }
-        };
-        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-    }
-    .instrument(tracing::Span::current()));
+            task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
+        }
+        .instrument(tracing::Span::current()),
+    );
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code}").into()),

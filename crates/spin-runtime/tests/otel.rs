@@ -6,176 +6,15 @@
 //! `OTEL_*` no exporter runs.
 
 mod common;
+mod otlp;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-
-/// One received span with the `service.name` of its resource.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    span: opentelemetry_proto::tonic::trace::v1::Span,
-}
-
-impl Received {
-    fn attr(&self, key: &str) -> Option<String> {
-        self.span
-            .attributes
-            .iter()
-            .find(|a| a.key == key)
-            .and_then(|a| a.value.as_ref()?.value.as_ref())
-            .map(|v| match v {
-                Value::StringValue(s) => s.clone(),
-                Value::IntValue(i) => i.to_string(),
-                Value::BoolValue(b) => b.to_string(),
-                Value::DoubleValue(d) => d.to_string(),
-                other => format!("{other:?}"),
-            })
-    }
-}
-
-type Spans = Arc<Mutex<Vec<Received>>>;
-
-fn collect(spans: &Spans, req: ExportTraceServiceRequest) {
-    let mut out = spans.lock().unwrap();
-    for rs in req.resource_spans {
-        let service = rs
-            .resource
-            .iter()
-            .flat_map(|r| r.attributes.iter())
-            .find(|a| a.key == "service.name")
-            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
-                Value::StringValue(s) => Some(s.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
-        for ss in rs.scope_spans {
-            for span in ss.spans {
-                out.push(Received {
-                    service: service.clone(),
-                    span,
-                });
-            }
-        }
-    }
-}
-
-struct Grpc(Spans);
-
-#[tonic::async_trait]
-impl TraceService for Grpc {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        collect(&self.0, request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-/// An OTLP collector on loopback: gRPC and HTTP/protobuf (`POST /v1/traces`).
-struct Collector {
-    grpc: SocketAddr,
-    http: SocketAddr,
-    spans: Spans,
-    _rt: tokio::runtime::Runtime,
-}
-
-impl Collector {
-    fn start() -> Collector {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let spans: Spans = Arc::default();
-        let (grpc, http) = rt.block_on(async {
-            let g = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let h = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            (g, h)
-        });
-        let (grpc_addr, http_addr) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
-        let s = spans.clone();
-        rt.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(TraceServiceServer::new(Grpc(s)))
-                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc))
-                .await
-        });
-        let s = spans.clone();
-        rt.spawn(async move {
-            loop {
-                let Ok((conn, _)) = http.accept().await else {
-                    return;
-                };
-                let s = s.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req: http::Request<_>| {
-                        let s = s.clone();
-                        async move {
-                            use http_body_util::BodyExt;
-                            let ok = req.uri().path() == "/v1/traces"
-                                && req.headers().get("content-type").map(|v| v.as_bytes())
-                                    == Some(b"application/x-protobuf");
-                            let body = req.into_body().collect().await?.to_bytes();
-                            let status = match (ok, prost::Message::decode(body)) {
-                                (true, Ok(msg)) => {
-                                    collect(&s, msg);
-                                    200
-                                }
-                                _ => 400,
-                            };
-                            Ok::<_, hyper::Error>(
-                                http::Response::builder()
-                                    .status(status)
-                                    .header("content-type", "application/x-protobuf")
-                                    .body(http_body_util::Full::new(bytes::Bytes::new()))
-                                    .unwrap(),
-                            )
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
-                        .await;
-                });
-            }
-        });
-        Collector {
-            grpc: grpc_addr,
-            http: http_addr,
-            spans,
-            _rt: rt,
-        }
-    }
-
-    /// Waits (bounded) until `pred` holds for the received spans.
-    fn wait_for(&self, what: &str, pred: impl Fn(&[Received]) -> bool) -> Vec<Received> {
-        let t0 = Instant::now();
-        loop {
-            let spans = self.spans.lock().unwrap().clone();
-            if pred(&spans) {
-                return spans;
-            }
-            if t0.elapsed() > Duration::from_secs(20) {
-                let names: Vec<_> = spans.iter().map(|s| s.span.name.clone()).collect();
-                panic!("no {what} within 20 s; received spans: {names:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
+use otlp::{Collector, SpanKind};
 
 /// An upstream HTTP server that records the `traceparent` of each request.
 fn upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
@@ -198,9 +37,8 @@ fn upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                 line.clear();
             }
             s.lock().unwrap().push(tp);
-            let _ = conn.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
-            );
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi");
         }
     });
     (addr, seen)
@@ -222,7 +60,10 @@ fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], bo
     c.write_all(body).unwrap();
     let mut out = String::new();
     let _ = c.read_to_string(&mut out);
-    out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+    out.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 fn app(upstream: SocketAddr) -> tempfile::TempDir {
@@ -245,8 +86,7 @@ fn threads_named(pid: u32, name: &str) -> usize {
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .filter(|e| {
-                    std::fs::read_to_string(e.path().join("comm"))
-                        .is_ok_and(|c| c.trim() == name)
+                    std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
                 })
                 .count()
         })
@@ -281,13 +121,23 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
     );
     assert_eq!(status, 200);
     let secret = "value-that-must-not-be-exported";
-    assert_eq!(send(server.addr, "PUT", "/kv/k1", &[], secret.as_bytes()), 200);
+    assert_eq!(
+        send(server.addr, "PUT", "/kv/k1", &[], secret.as_bytes()),
+        200
+    );
     assert_eq!(send(server.addr, "GET", "/kv/k1", &[], b""), 200);
 
     let spans = collector.wait_for("outbound and key-value spans", |s| {
-        s.iter().any(|r| r.span.name == "spin_outbound_http.send_request" || r.span.name == "GET")
-            && s.iter().filter(|r| r.span.name.starts_with("key-value/")).count() >= 2
-            && s.iter().filter(|r| r.span.kind == SpanKind::Server as i32).count() >= 3
+        s.iter()
+            .any(|r| r.span.name == "spin_outbound_http.send_request" || r.span.name == "GET")
+            && s.iter()
+                .filter(|r| r.span.name.starts_with("key-value/"))
+                .count()
+                >= 2
+            && s.iter()
+                .filter(|r| r.span.kind == SpanKind::Server as i32)
+                .count()
+                >= 3
     });
     for s in &spans {
         assert_eq!(s.service, "otel-test", "{:?}", s.span.name);
@@ -295,13 +145,19 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
     // The server span continues the caller's trace.
     let server_out = spans
         .iter()
-        .find(|r| r.span.kind == SpanKind::Server as i32 && r.attr("spin.component_id").as_deref() == Some("outbound"))
+        .find(|r| {
+            r.span.kind == SpanKind::Server as i32
+                && r.attr("spin.component_id").as_deref() == Some("outbound")
+        })
         .expect("server span of the outbound component");
     assert_eq!(server_out.span.name, "GET /out/...");
     assert_eq!(hex(&server_out.span.trace_id), trace_id);
     assert_eq!(hex(&server_out.span.parent_span_id), parent_id);
     assert_eq!(server_out.attr("http.route").as_deref(), Some("/out/..."));
-    assert_eq!(server_out.attr("http.response.status_code").as_deref(), Some("200"));
+    assert_eq!(
+        server_out.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
     // The outbound call is its child, a client span, and the upstream saw its context.
     let client = spans
         .iter()
@@ -309,7 +165,10 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
         .expect("outbound client span");
     assert_eq!(client.span.parent_span_id, server_out.span.span_id);
     assert_eq!(client.span.trace_id, server_out.span.trace_id);
-    assert_eq!(client.attr("http.response.status_code").as_deref(), Some("200"));
+    assert_eq!(
+        client.attr("http.response.status_code").as_deref(),
+        Some("200")
+    );
     assert_eq!(
         client.attr("url.full"),
         Some(format!("http://{up}/hello")),
@@ -322,7 +181,10 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
         "traceparent seen by the upstream"
     );
     // Key-value calls are client spans under their request's server span.
-    for kv in spans.iter().filter(|r| r.span.name.starts_with("key-value/")) {
+    for kv in spans
+        .iter()
+        .filter(|r| r.span.name.starts_with("key-value/"))
+    {
         assert_eq!(kv.span.kind, SpanKind::Client as i32);
         let parent = spans
             .iter()
@@ -355,7 +217,10 @@ fn http_protobuf_export_and_off_without_variables() {
     let spans = collector.wait_for("a server span over HTTP/protobuf", |s| {
         s.iter().any(|r| r.span.name == "GET /kv/...")
     });
-    assert!(spans.iter().all(|r| r.service == "spin"), "default service.name is spin");
+    assert!(
+        spans.iter().all(|r| r.service == "spin"),
+        "default service.name is spin"
+    );
     drop(server);
 
     // No variables: no exporter thread, and the app serves as before.

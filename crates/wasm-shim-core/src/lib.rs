@@ -91,7 +91,7 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
     let runtime_id = setup.names.runtime_id.as_str();
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == zygote::HELPER_ARG) {
-        logging::init(false);
+        logging::init(false, "");
         zygote::helper_main(ShimExecutor::new(setup.engines.clone()));
     }
     let flags = containerd_shim::parse(&args[1..]).ok();
@@ -103,7 +103,10 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         println!("{runtime_id} {}", env!("CARGO_PKG_VERSION"));
         return;
     }
-    logging::init(server);
+    logging::init(
+        server,
+        &format!("containerd-shim-{}-v2", setup.names.engine),
+    );
     if server {
         // Orphaned container processes must come back to us, not to PID 1.
         // SAFETY: plain prctl.

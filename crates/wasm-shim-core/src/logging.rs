@@ -25,9 +25,10 @@ pub fn log_fd() -> Option<OwnedFd> {
 pub const TASK_API_TARGET: &str = "wasm_shim_core::service";
 
 /// Installs the global subscriber. `server`: write to `./log` if it exists, and export the
-/// Task API's spans when the shim's environment has `OTEL_EXPORTER_OTLP_*`
-/// ([`otel_export`]; service name: the binary's file name).
-pub fn init(server: bool) {
+/// Task API's spans as `service` when the shim's environment has `OTEL_EXPORTER_OTLP_*`
+/// ([`otel_export`]; `OTEL_SERVICE_NAME` overrides the name, unless it is the `containerd`
+/// that containerd sets for itself).
+pub fn init(server: bool, service: &str) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
@@ -49,11 +50,14 @@ pub fn init(server: bool) {
         None => fmt.with_writer(BoxMakeWriter::new(std::io::stderr)),
     };
     let otel = if server {
-        let service = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "containerd-shim".into());
-        otel_export::layer_from_env(&|k| std::env::var(k).ok(), &service, &[TASK_API_TARGET])
+        // containerd sets OTEL_SERVICE_NAME=containerd for its own traces, and shims
+        // inherit it: that value names containerd, not the shim.
+        let lookup = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| !(k == "OTEL_SERVICE_NAME" && v == "containerd"))
+        };
+        otel_export::layer_from_env(&lookup, service, &[TASK_API_TARGET])
     } else {
         None
     };

@@ -88,7 +88,7 @@ fn run(
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         let shutdown = spin_runtime::shutdown_signal()?;
         spin_runtime::run_triggers(
             app,
@@ -105,7 +105,10 @@ fn run(
             shutdown,
         )
         .await
-    })
+    });
+    // Spans still batched reach the collector before the process ends.
+    otel_export::shutdown();
+    code
 }
 
 /// The `SPIN_VARIABLE_*` entries of `app_dir/.env` not already in `env` (none if there is no

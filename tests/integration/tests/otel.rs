@@ -1,0 +1,120 @@
+//! OpenTelemetry through the shim (root only): a containerd 1.7 whose environment has
+//! `OTEL_EXPORTER_OTLP_*` (and so its shims) and a Spin container whose environment has them
+//! too (as spin-operator sets them) export to a collector on loopback: the shim's Task API
+//! spans (Create, Start, Kill, Delete, named by container id) and the app's request span.
+//! Run as root: `cargo test --release -p integration --test otel -- --nocapture`.
+
+#[path = "../../../crates/spin-runtime/tests/otlp/mod.rs"]
+mod otlp;
+
+use std::time::Duration;
+
+use anyhow::{ensure, Result};
+use integration::{
+    require_shim, wait_for, workspace_root, CgroupMode, Containerd, ContainerdConfig,
+    ContainerdVersion,
+};
+use otlp::{Collector, SpanKind};
+
+fn run() -> Result<()> {
+    require_shim()?;
+    let collector = Collector::start();
+    let endpoint = format!("http://{}", collector.grpc);
+    let otel = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let config = ContainerdConfig {
+        env: otel
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let c = Containerd::start_with(ContainerdVersion::V1_7, CgroupMode::Host, &config)?;
+    let dir = tempfile::tempdir()?;
+    let name = "docker.io/library/spin-hello:otel";
+    let tar = dir.path().join("c.tar");
+    oci_image_builder::spin::container_image(
+        name,
+        &workspace_root().join("tests/apps/spin-hello"),
+        &[],
+    )?
+    .write_archive(&tar)?;
+    c.import(&tar, false)?;
+    let mut extra = Vec::new();
+    for (k, v) in otel.iter().chain([&("OTEL_SERVICE_NAME", "hello-app")]) {
+        extra.push("--env".to_string());
+        extra.push(format!("{k}={v}"));
+    }
+    let app = c.run_spin_app(name, &extra)?;
+    let (status, _) = app.get("/hello")?;
+    ensure!(status == 200, "GET /hello: {status}");
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    wait_for(Duration::from_secs(20), || {
+        c.task_list()
+            .ok()?
+            .into_iter()
+            .find(|t| t.0 == app.id && t.2 == "STOPPED")
+    })
+    .ok_or_else(|| anyhow::anyhow!("the Spin task did not stop within 20 s of SIGTERM"))?;
+    c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
+
+    // containerd 1.7 exports its own spans too when it has the variables: the shim's are
+    // told apart by their service.
+    let task = |s: &otlp::Received, method: &str| {
+        s.span.name == format!("containerd.task.v2.Task/{method}")
+            && s.attr("container.id").as_deref() == Some(app.id.as_str())
+            && s.service == "containerd-shim-spin-v2"
+    };
+    for line in c
+        .log_tail(400)
+        .lines()
+        .filter(|l| l.contains("OpenTelemetry"))
+    {
+        println!("containerd log: {line}");
+    }
+    let spans = collector.wait_for(
+        "the shim's Task API spans and the app's request span",
+        |s| {
+            ["Create", "Start", "Kill", "Delete"]
+                .iter()
+                .all(|m| s.iter().any(|r| task(r, m)))
+                && s.iter().any(|r| r.span.name == "GET /hello")
+        },
+    );
+    for m in ["Create", "Start", "Kill", "Delete"] {
+        let s = spans.iter().find(|r| task(r, m)).unwrap();
+        ensure!(
+            s.span.kind == SpanKind::Server as i32,
+            "{m}: kind {}",
+            s.span.kind
+        );
+    }
+    let mut services: Vec<&str> = spans.iter().map(|r| r.service.as_str()).collect();
+    services.sort();
+    services.dedup();
+    let req = spans.iter().find(|r| r.span.name == "GET /hello").unwrap();
+    ensure!(
+        req.service == "hello-app"
+            && req.attr("http.response.status_code").as_deref() == Some("200"),
+        "request span: {req:?}"
+    );
+    println!(
+        "otel through the shim: {} spans from {services:?}; Task API Create/Start/Kill/Delete \
+         of {} and GET /hello",
+        spans.len(),
+        app.id
+    );
+    Ok(())
+}
+
+#[test]
+fn shim_and_app_export_traces_through_containerd_1_7() {
+    let Some(_s) = integration::root_test("shim_and_app_export_traces_through_containerd_1_7")
+    else {
+        return;
+    };
+    run().unwrap_or_else(|e| panic!("{e:#}"));
+}
