@@ -488,15 +488,6 @@ pub fn inject_into(span: &tracing::Span, headers: &mut http::HeaderMap) {
     TraceContextPropagator::new().inject_context(&cx, &mut HeaderInjector(headers));
 }
 
-/// Sets an attribute on `span`'s exported form (no effect when traces are off).
-pub fn set_attribute(
-    span: &tracing::Span,
-    key: &'static str,
-    value: impl Into<opentelemetry::Value>,
-) {
-    span.set_attribute(key, value);
-}
-
 /// Marks `span` as failed with `message`.
 pub fn set_error(span: &tracing::Span, message: impl Into<Cow<'static, str>>) {
     span.set_status(opentelemetry::trace::Status::error(message));

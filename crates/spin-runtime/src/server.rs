@@ -252,30 +252,36 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = tokio::task::spawn(
-        async move {
-            let end = {
-                let run = async {
-                    let proxy = pre.instantiate_async(&mut store).await?;
-                    if let Some(m) = &metrics {
-                        m.instantiated(&id);
-                    }
-                    proxy
-                        .wasi_http_incoming_handler()
-                        .call_handle(&mut store, incoming, out)
-                        .await
-                };
-                within(deadline, run).await
+    let task = spawn_guest(async move {
+        let end = {
+            let run = async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                if let Some(m) = &metrics {
+                    m.instantiated(&id);
+                }
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, incoming, out)
+                    .await
             };
-            task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-        }
-        .instrument(tracing::Span::current()),
-    );
+            within(deadline, run).await
+        };
+        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
+    });
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
         Err(_) => no_response(task).await,
     }
+}
+
+/// Spawns a request's guest task inside the request's span (its host calls are children).
+fn spawn_guest<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::task::spawn(task.instrument(tracing::Span::current()))
 }
 
 /// Runs a guest task to its end or to the request deadline, whichever comes first.
@@ -370,46 +376,43 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = tokio::task::spawn(
-        async move {
-            let end = {
-                let run = async {
-                    let service = pre.instantiate_async(&mut store).await?;
-                    if let Some(m) = &metrics {
-                        m.instantiated(&id);
-                    }
-                    store
-                        .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
-                            let (request, request_io) = accessor.with(|mut access| {
-                                let view = access.data_mut().http();
-                                let (request, io) =
-                                    wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
-                                // Boxed: the future is `'static`, but its type names the
-                                // borrow of the hooks it was made with.
-                                (request, Box::pin(io) as RequestIo)
-                            });
-                            match service.handle(accessor, request).await? {
-                                Ok(response) => {
-                                    let response = accessor.with(|mut access| {
-                                        response.into_http(&mut access, request_io)
-                                    })?;
-                                    let _ = sender.send(Ok(response));
-                                }
-                                Err(code) => {
-                                    let _ = sender.send(Err(format!("{code:?}")));
-                                }
+    let task = spawn_guest(async move {
+        let end = {
+            let run = async {
+                let service = pre.instantiate_async(&mut store).await?;
+                if let Some(m) = &metrics {
+                    m.instantiated(&id);
+                }
+                store
+                    .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
+                        let (request, request_io) = accessor.with(|mut access| {
+                            let view = access.data_mut().http();
+                            let (request, io) =
+                                wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
+                            // Boxed: the future is `'static`, but its type names the
+                            // borrow of the hooks it was made with.
+                            (request, Box::pin(io) as RequestIo)
+                        });
+                        match service.handle(accessor, request).await? {
+                            Ok(response) => {
+                                let response = accessor.with(|mut access| {
+                                    response.into_http(&mut access, request_io)
+                                })?;
+                                let _ = sender.send(Ok(response));
                             }
-                            std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
-                            Ok(())
-                        })
-                        .await?
-                };
-                within(deadline, run).await
+                            Err(code) => {
+                                let _ = sender.send(Err(format!("{code:?}")));
+                            }
+                        }
+                        std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
+                        Ok(())
+                    })
+                    .await?
             };
-            task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-        }
-        .instrument(tracing::Span::current()),
-    );
+            within(deadline, run).await
+        };
+        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
+    });
     match receiver.await {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(code)) => Err(anyhow!("component returned error {code}").into()),

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Result};
 use integration::{
-    require_shim, wait_for, workspace_root, CgroupMode, Containerd, ContainerdConfig,
-    ContainerdVersion,
+    require_shim, workspace_root, CgroupMode, Containerd, ContainerdConfig, ContainerdVersion,
 };
 use otlp::{Collector, SpanKind};
 
@@ -52,13 +51,7 @@ fn run() -> Result<()> {
     let (status, _) = app.get("/hello")?;
     ensure!(status == 200, "GET /hello: {status}");
     c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
-    wait_for(Duration::from_secs(20), || {
-        c.task_list()
-            .ok()?
-            .into_iter()
-            .find(|t| t.0 == app.id && t.2 == "STOPPED")
-    })
-    .ok_or_else(|| anyhow::anyhow!("the Spin task did not stop within 20 s of SIGTERM"))?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
     c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
 
     // containerd 1.7 exports its own spans too when it has the variables: the shim's are

@@ -5,7 +5,7 @@
 //! Each serves HTTP on a loopback port of the host network and ends with status 0 on SIGTERM.
 //! Run as root: `cargo test --release -p integration --test spin -- --nocapture`.
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use integration::{
     require_shim, wait_for, workspace_root, CgroupMode, Containerd, ContainerdVersion,
 };
@@ -149,16 +149,8 @@ fn spin_sdk6_wasip3_app_serves_through_ctr_run_on_containerd_1_7() {
             );
             timings.push((form, first));
             c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
-            let st = wait_for(Duration::from_secs(20), || {
-                c.task_list()
-                    .ok()?
-                    .into_iter()
-                    .find(|t| t.0 == app.id && t.2 == "STOPPED")
-            });
-            ensure!(
-                st.is_some(),
-                "{form}: the task did not stop within 20 s of SIGTERM"
-            );
+            c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))
+                .with_context(|| format!("{form}: SIGTERM"))?;
         }
         for (form, t) in timings {
             eprintln!(
