@@ -1,16 +1,23 @@
-//! OpenTelemetry trace export for the shim and the Spin runtime, configured as Spin and the
+//! OpenTelemetry export for the shim and the Spin runtime, configured as Spin and the
 //! OpenTelemetry SDKs are: from `OTEL_EXPORTER_OTLP_*` (what spin-operator injects).
 //!
-//! - Traces are on when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is
-//!   set and not empty, unless `OTEL_SDK_DISABLED=true`. Off, nothing is installed: no layer, no
-//!   thread, and the request path only checks [`enabled`].
-//! - Protocol from `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`, else
-//!   `http/protobuf` (Spin's default): `grpc` or `http/protobuf`; `http/json` is refused.
-//! - Endpoint: the traces variable as given; else the base endpoint, with `/v1/traces` appended
-//!   for HTTP. Headers from `OTEL_EXPORTER_OTLP_HEADERS` and `..._TRACES_HEADERS`
-//!   (`k=v,k2=v2`, percent-decoded). `service.name` from `OTEL_SERVICE_NAME`, else
-//!   `OTEL_RESOURCE_ATTRIBUTES`, else the caller's default; `OTEL_BSP_SCHEDULE_DELAY` (ms) sets
-//!   the batch delay (default 5000). `SPIN_OTEL_TRACING_LEVEL` (default `info`) filters spans.
+//! - Each signal (traces, metrics, logs) is on when `OTEL_EXPORTER_OTLP_ENDPOINT` or its own
+//!   `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT` is set and not empty, unless
+//!   `OTEL_SDK_DISABLED=true`. Off, nothing is installed: no layer, no thread, and the request
+//!   path only checks [`enabled`], [`metrics_enabled`] or [`logs_enabled`].
+//! - Protocol from `OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`,
+//!   else `http/protobuf` (Spin's default): `grpc` or `http/protobuf`; `http/json` is refused.
+//! - Endpoint: the signal's variable as given; else the base endpoint, with `/v1/<signal>`
+//!   appended for HTTP. `https://` endpoints use rustls with the Mozilla roots plus
+//!   `OTEL_EXPORTER_OTLP_[<SIGNAL>_]CERTIFICATE`, and client authentication from
+//!   `..._CLIENT_CERTIFICATE` and `..._CLIENT_KEY`. Headers from `OTEL_EXPORTER_OTLP_HEADERS`
+//!   and `..._<SIGNAL>_HEADERS` (`k=v,k2=v2`, percent-decoded). `service.name` from
+//!   `OTEL_SERVICE_NAME`, else `OTEL_RESOURCE_ATTRIBUTES`, else the caller's default.
+//!   `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_METRIC_EXPORT_INTERVAL` and `OTEL_BLRP_SCHEDULE_DELAY`
+//!   (ms) pace the exports. `SPIN_OTEL_TRACING_LEVEL` (default `info`) filters spans.
+//! - What is exported is what Spin exports: spans ([`layer`]); the counters
+//!   `spin.request_count` ([`count_request`]) and `spin.llm_infer` ([`count_llm_infer`]); the
+//!   app's standard output and error as log records with its `component_id` ([`app_log`]).
 //! - Export runs on a one-thread tokio runtime of its own, so callers need no runtime and
 //!   the request path never waits for the collector.
 //! - Spans named [`HOST_CALL_SPAN`] (wasmtime's `bindgen!` `tracing` spans of host imports)
@@ -18,17 +25,26 @@
 //!   events, which carry arguments and results (secrets, for variables), are never exported.
 #![warn(missing_docs)]
 
+mod config;
+mod transport;
+
+pub use config::{OtlpConfig, Protocol, Signal, Tls};
+
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use opentelemetry::logs::{LogRecord as _, Logger as _, LoggerProvider as _};
+use opentelemetry::metrics::{Counter, MeterProvider as _};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
@@ -40,186 +56,36 @@ use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt as _};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
+use transport::{export_runtime, Entered, OtlpHttpClient};
+
 /// Name of the spans wasmtime's `bindgen!` opens around a host import when the import has
 /// the `tracing` flag (fields `module` and `function`).
 pub const HOST_CALL_SPAN: &str = "wit-bindgen import";
 
+/// Target of the tracing events [`app_log`] emits for an app's output (as Spin does, so that
+/// the output shows on the request's span); log layers that print should turn it off.
+pub const APP_LOG_TARGET: &str = "spin_app_log";
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+static METRICS: OnceLock<SdkMeterProvider> = OnceLock::new();
+static LOGS: OnceLock<(SdkLoggerProvider, SdkLogger)> = OnceLock::new();
+static METRICS_ON: AtomicBool = AtomicBool::new(false);
+static LOGS_ON: AtomicBool = AtomicBool::new(false);
 
 /// Whether a trace exporter is installed in this process (cheap; for the request path).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
-    /// OTLP/gRPC (`grpc`).
-    Grpc,
-    /// OTLP/HTTP with protobuf bodies (`http/protobuf`).
-    HttpProtobuf,
+/// Whether a metrics exporter is installed ([`start_metrics_and_logs`]).
+pub fn metrics_enabled() -> bool {
+    METRICS_ON.load(Ordering::Relaxed)
 }
 
-/// What the `OTEL_*` variables ask of the trace exporter.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtlpConfig {
-    /// Where spans are sent (for HTTP the full `/v1/traces` URL).
-    pub endpoint: String,
-    /// The transport.
-    pub protocol: Protocol,
-    /// Extra request headers (metadata for gRPC).
-    pub headers: Vec<(String, String)>,
-    /// The `service.name` resource attribute.
-    pub service_name: String,
-    /// Other resource attributes from `OTEL_RESOURCE_ATTRIBUTES`.
-    pub resource: Vec<(String, String)>,
-    /// Batch span processor delay.
-    pub schedule_delay: Duration,
-    /// Span filter (an `EnvFilter` directive string).
-    pub level: String,
-}
-
-fn non_empty(get: &dyn Fn(&str) -> Option<String>, key: &str) -> Option<String> {
-    get(key).filter(|v| !v.trim().is_empty())
-}
-
-/// `k=v,k2=v2` with percent-encoded values (the OTel SDK environment format).
-fn key_values(s: &str) -> Vec<(String, String)> {
-    s.split(',')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), percent_decode(v.trim())))
-        .filter(|(k, _)| !k.is_empty())
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-impl OtlpConfig {
-    /// Reads the configuration through `get` (a variable lookup). `Ok(None)`: traces are off.
-    /// Errors name the variable and the accepted values.
-    pub fn from_lookup(
-        get: &dyn Fn(&str) -> Option<String>,
-        default_service: &str,
-    ) -> anyhow::Result<Option<OtlpConfig>> {
-        if get("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-            return Ok(None);
-        }
-        let signal = non_empty(get, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-        let base = non_empty(get, "OTEL_EXPORTER_OTLP_ENDPOINT");
-        if signal.is_none() && base.is_none() {
-            return Ok(None);
-        }
-        let (var, protocol) = match non_empty(get, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
-            Some(p) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", p),
-            None => (
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-                non_empty(get, "OTEL_EXPORTER_OTLP_PROTOCOL")
-                    .unwrap_or_else(|| "http/protobuf".into()),
-            ),
-        };
-        let protocol = match protocol.trim() {
-            "grpc" => Protocol::Grpc,
-            "http/protobuf" => Protocol::HttpProtobuf,
-            other => bail!(
-                "{var}={other:?} is not supported: use `grpc` or `http/protobuf` (`http/json` is \
-                 not implemented)"
-            ),
-        };
-        let endpoint = match (signal, protocol) {
-            (Some(e), _) => e,
-            (None, Protocol::Grpc) => base.unwrap_or_default(),
-            (None, Protocol::HttpProtobuf) => {
-                format!(
-                    "{}/v1/traces",
-                    base.unwrap_or_default().trim_end_matches('/')
-                )
-            }
-        };
-        let endpoint = endpoint.trim().to_string();
-        let uri: http::Uri = endpoint.parse().with_context(|| {
-            format!("OTLP traces endpoint {endpoint:?} is not a URL (e.g. http://collector:4318)")
-        })?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => bail!(
-                "OTLP traces endpoint {endpoint:?}: https is not supported by this build; use a \
-                 plain-HTTP collector endpoint (e.g. a node-local collector) "
-            ),
-            _ => bail!("OTLP traces endpoint {endpoint:?} must start with http://"),
-        }
-        let mut headers = Vec::new();
-        for var in [
-            "OTEL_EXPORTER_OTLP_HEADERS",
-            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        ] {
-            if let Some(v) = non_empty(get, var) {
-                for (k, v) in key_values(&v) {
-                    headers.retain(|(h, _): &(String, String)| !h.eq_ignore_ascii_case(&k));
-                    headers.push((k, v));
-                }
-            }
-        }
-        let mut resource = non_empty(get, "OTEL_RESOURCE_ATTRIBUTES")
-            .map(|v| key_values(&v))
-            .unwrap_or_default();
-        let from_attrs = resource
-            .iter()
-            .position(|(k, _)| k == "service.name")
-            .map(|i| resource.remove(i).1);
-        let service_name = non_empty(get, "OTEL_SERVICE_NAME")
-            .or(from_attrs)
-            .unwrap_or_else(|| default_service.to_string());
-        let schedule_delay = match non_empty(get, "OTEL_BSP_SCHEDULE_DELAY") {
-            None => Duration::from_millis(5000),
-            Some(v) => Duration::from_millis(v.trim().parse().with_context(|| {
-                format!("OTEL_BSP_SCHEDULE_DELAY={v:?} is not a number of milliseconds")
-            })?),
-        };
-        let level = non_empty(get, "SPIN_OTEL_TRACING_LEVEL").unwrap_or_else(|| "info".to_string());
-        Ok(Some(OtlpConfig {
-            endpoint,
-            protocol,
-            headers,
-            service_name,
-            resource,
-            schedule_delay,
-            level,
-        }))
-    }
-}
-
-/// The exporter's own runtime: tonic and hyper need a reactor, and the SDK's batch thread
-/// has none.
-fn export_runtime() -> anyhow::Result<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    if let Some(rt) = RT.get() {
-        return Ok(rt);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("otel-export")
-        .enable_all()
-        .build()
-        .context("cannot start the OpenTelemetry export runtime")?;
-    Ok(RT.get_or_init(|| rt))
+/// Whether a log exporter is installed ([`start_metrics_and_logs`]).
+pub fn logs_enabled() -> bool {
+    LOGS_ON.load(Ordering::Relaxed)
 }
 
 /// Runs an exporter's calls on the export runtime.
@@ -301,41 +167,99 @@ impl<P: SpanProcessor> SpanProcessor for HostCallNames<P> {
     }
 }
 
+/// gRPC metadata from the configured headers.
+fn grpc_metadata(config: &OtlpConfig) -> anyhow::Result<tonic::metadata::MetadataMap> {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in &config.headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+            .with_context(|| format!("OTLP header name {k:?} is not valid gRPC metadata"))?;
+        let value = v
+            .parse()
+            .with_context(|| format!("OTLP header {k:?} has a value that is not ASCII"))?;
+        metadata.insert(key, value);
+    }
+    Ok(metadata)
+}
+
+/// Collector answers wait at most this long (the SDK's default export timeout).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The OTLP/HTTP client for `config` (rustls for `https://`).
+fn http_client(
+    config: &OtlpConfig,
+    handle: &tokio::runtime::Handle,
+) -> anyhow::Result<OtlpHttpClient> {
+    let tls = config
+        .tls
+        .as_ref()
+        .map(transport::rustls_config)
+        .transpose()?;
+    Ok(OtlpHttpClient {
+        tls,
+        handle: handle.clone(),
+        timeout: EXPORT_TIMEOUT,
+    })
+}
+
+/// Configures a tonic exporter builder for `config` (endpoint, metadata, TLS, timeout).
+macro_rules! tonic_builder {
+    ($builder:expr, $config:expr) => {{
+        let config: &OtlpConfig = $config;
+        let mut b = $builder
+            .with_tonic()
+            .with_endpoint(&config.endpoint)
+            .with_timeout(EXPORT_TIMEOUT)
+            .with_metadata(grpc_metadata(config)?);
+        if let Some(tls) = &config.tls {
+            b = b.with_tls_config(transport::tonic_tls(tls)?);
+        }
+        b.build()?
+    }};
+}
+
+/// Configures an OTLP/HTTP exporter builder for `config`.
+macro_rules! http_builder {
+    ($builder:expr, $config:expr, $handle:expr) => {{
+        let config: &OtlpConfig = $config;
+        $builder
+            .with_http()
+            .with_endpoint(&config.endpoint)
+            .with_timeout(EXPORT_TIMEOUT)
+            .with_headers(config.headers.iter().cloned().collect())
+            .with_http_client(http_client(config, $handle)?)
+            .build()?
+    }};
+}
+
 fn build_exporter(
     config: &OtlpConfig,
     handle: &tokio::runtime::Handle,
 ) -> anyhow::Result<OnRuntime<opentelemetry_otlp::SpanExporter>> {
     let _guard = handle.enter();
     let exporter = match config.protocol {
-        Protocol::Grpc => {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            for (k, v) in &config.headers {
-                let key =
-                    tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                        .with_context(|| {
-                            format!("OTLP header name {k:?} is not valid gRPC metadata")
-                        })?;
-                let value = v
-                    .parse()
-                    .with_context(|| format!("OTLP header {k:?} has a value that is not ASCII"))?;
-                metadata.insert(key, value);
-            }
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(&config.endpoint)
-                .with_metadata(metadata)
-                .build()?
+        Protocol::Grpc => tonic_builder!(opentelemetry_otlp::SpanExporter::builder(), config),
+        Protocol::HttpProtobuf => {
+            http_builder!(opentelemetry_otlp::SpanExporter::builder(), config, handle)
         }
-        Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_endpoint(&config.endpoint)
-            .with_headers(config.headers.iter().cloned().collect())
-            .build()?,
     };
     Ok(OnRuntime {
         inner: Arc::new(exporter),
         handle: handle.clone(),
     })
+}
+
+/// The resource every exporter reports: `service.name` and `OTEL_RESOURCE_ATTRIBUTES`.
+fn resource(config: &OtlpConfig) -> Resource {
+    let mut attributes = vec![KeyValue::new("service.name", config.service_name.clone())];
+    attributes.extend(
+        config
+            .resource
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+    );
+    Resource::builder_empty()
+        .with_attributes(attributes)
+        .build()
 }
 
 /// Builds the exporter for `config` and returns the tracing layer that feeds it (install it
@@ -356,20 +280,9 @@ where
                 .build(),
         )
         .build();
-    let mut attributes = vec![KeyValue::new("service.name", config.service_name.clone())];
-    attributes.extend(
-        config
-            .resource
-            .iter()
-            .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
-    );
     let provider = SdkTracerProvider::builder()
         .with_span_processor(HostCallNames(batch))
-        .with_resource(
-            Resource::builder_empty()
-                .with_attributes(attributes)
-                .build(),
-        )
+        .with_resource(resource(config))
         .build();
     if PROVIDER.set(provider.clone()).is_err() {
         bail!("the OpenTelemetry exporter is already installed in this process");
@@ -400,7 +313,7 @@ where
 pub const HOST_CALL_TARGETS: &str = "spin_runtime::host::bindings";
 
 /// The layer ([`layer`]) for the `OTEL_*` variables `get` sees, or `None` when traces are
-/// off. A bad configuration is reported by [`decision`] (naming the variable) and leaves
+/// off. A bad configuration is reported by [`decisions`] (naming the variable) and leaves
 /// traces off: telemetry never stops an app.
 pub fn layer_from_env<S>(
     get: &dyn Fn(&str) -> Option<String>,
@@ -416,37 +329,281 @@ where
     });
     match result {
         Ok(Some((c, l))) => {
-            PENDING_LOG.get_or_init(|| {
-                format!(
-                    "OpenTelemetry traces are exported to {} ({:?}) as service {:?}",
-                    c.endpoint, c.protocol, c.service_name
-                )
-            });
+            note(true, exported_to(&c));
             Some(l)
         }
         Ok(None) => None,
         Err(e) => {
-            PENDING_LOG.get_or_init(|| format!("OpenTelemetry traces are off: {e:#}"));
+            note(false, format!("OpenTelemetry traces are off: {e:#}"));
             None
         }
     }
 }
 
-/// What [`layer_from_env`] decided, for [`decision`].
-static PENDING_LOG: OnceLock<String> = OnceLock::new();
-
-/// What [`layer_from_env`] decided when traces were asked for: `(true, where they go)` or
-/// `(false, why they are off)`; `None` when no `OTEL_*` endpoint was set. Callers log it
-/// once their subscriber is installed (info when on, warning when off).
-pub fn decision() -> Option<(bool, &'static str)> {
-    PENDING_LOG.get().map(|l| (enabled(), l.as_str()))
+fn exported_to(c: &OtlpConfig) -> String {
+    format!(
+        "OpenTelemetry {} are exported to {} ({:?}) as service {:?}",
+        c.signal.name(),
+        c.endpoint,
+        c.protocol,
+        c.service_name
+    )
 }
 
-/// Flushes and stops the exporter (at process end; spans still open are lost).
+/// What the set-up functions decided, for [`decisions`].
+static PENDING_LOG: Mutex<Vec<(bool, String)>> = Mutex::new(Vec::new());
+
+fn note(on: bool, line: String) {
+    if let Ok(mut l) = PENDING_LOG.lock() {
+        l.push((on, line));
+    }
+}
+
+/// What [`layer_from_env`] and [`start_metrics_and_logs`] decided for each signal that was
+/// asked for: `(true, where it goes)` or `(false, why it is off)`, once (the list is
+/// drained). Callers log them once their subscriber is installed (info when on, warning when
+/// off).
+pub fn decisions() -> Vec<(bool, String)> {
+    PENDING_LOG
+        .lock()
+        .map(|mut l| std::mem::take(&mut *l))
+        .unwrap_or_default()
+}
+
+fn build_metrics(config: &OtlpConfig) -> anyhow::Result<SdkMeterProvider> {
+    let handle = export_runtime()?.handle();
+    let _guard = handle.enter();
+    let exporter = match config.protocol {
+        Protocol::Grpc => tonic_builder!(opentelemetry_otlp::MetricExporter::builder(), config),
+        Protocol::HttpProtobuf => {
+            http_builder!(
+                opentelemetry_otlp::MetricExporter::builder(),
+                config,
+                handle
+            )
+        }
+    };
+    let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(OnHandle {
+        inner: exporter,
+        handle: handle.clone(),
+    })
+    .with_interval(config.schedule_delay)
+    .build();
+    Ok(SdkMeterProvider::builder()
+        .with_reader(reader)
+        .with_resource(resource(config))
+        .build())
+}
+
+fn build_logs(config: &OtlpConfig) -> anyhow::Result<SdkLoggerProvider> {
+    let handle = export_runtime()?.handle();
+    let _guard = handle.enter();
+    let exporter = match config.protocol {
+        Protocol::Grpc => tonic_builder!(opentelemetry_otlp::LogExporter::builder(), config),
+        Protocol::HttpProtobuf => {
+            http_builder!(opentelemetry_otlp::LogExporter::builder(), config, handle)
+        }
+    };
+    let processor = opentelemetry_sdk::logs::BatchLogProcessor::builder(OnHandle {
+        inner: exporter,
+        handle: handle.clone(),
+    })
+    .with_batch_config(
+        opentelemetry_sdk::logs::BatchConfigBuilder::default()
+            .with_scheduled_delay(config.schedule_delay)
+            .build(),
+    )
+    .build();
+    Ok(SdkLoggerProvider::builder()
+        .with_log_processor(processor)
+        .with_resource(resource(config))
+        .build())
+}
+
+/// Starts the metrics and log exporters the `OTEL_*` variables `get` sees ask for (see the
+/// crate documentation); each is independent of the others and of traces. A bad setting
+/// leaves that signal off and is reported by [`decisions`]. Later calls do nothing.
+pub fn start_metrics_and_logs(get: &dyn Fn(&str) -> Option<String>, default_service: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        match OtlpConfig::for_signal(get, Signal::Metrics, default_service)
+            .and_then(|c| c.map(|c| build_metrics(&c).map(|p| (c, p))).transpose())
+        {
+            Ok(Some((c, provider))) => {
+                let _ = METRICS.set(provider);
+                METRICS_ON.store(true, Ordering::Relaxed);
+                note(true, exported_to(&c));
+            }
+            Ok(None) => {}
+            Err(e) => note(false, format!("OpenTelemetry metrics are off: {e:#}")),
+        }
+        match OtlpConfig::for_signal(get, Signal::Logs, default_service)
+            .and_then(|c| c.map(|c| build_logs(&c).map(|p| (c, p))).transpose())
+        {
+            Ok(Some((c, provider))) => {
+                let logger = provider.logger("spin");
+                let _ = LOGS.set((provider, logger));
+                LOGS_ON.store(true, Ordering::Relaxed);
+                note(true, exported_to(&c));
+            }
+            Ok(None) => {}
+            Err(e) => note(false, format!("OpenTelemetry logs are off: {e:#}")),
+        }
+        LOG_TO_TRACING.store(
+            get("SPIN_DISABLE_LOG_TO_TRACING").is_none_or(|v| v.is_empty()),
+            Ordering::Relaxed,
+        );
+    });
+}
+
+/// Spin's `SPIN_DISABLE_LOG_TO_TRACING`: unless set, app output also becomes span events.
+static LOG_TO_TRACING: AtomicBool = AtomicBool::new(true);
+
+/// Exporter calls made from the SDK's own threads run with the export runtime entered.
+#[derive(Debug)]
+struct OnHandle<E> {
+    inner: E,
+    handle: tokio::runtime::Handle,
+}
+
+impl<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>
+    opentelemetry_sdk::metrics::exporter::PushMetricExporter for OnHandle<E>
+{
+    async fn export(
+        &self,
+        metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics,
+    ) -> OTelSdkResult {
+        Entered {
+            handle: self.handle.clone(),
+            fut: self.inner.export(metrics),
+        }
+        .await
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> opentelemetry_sdk::metrics::Temporality {
+        self.inner.temporality()
+    }
+}
+
+impl<E: opentelemetry_sdk::logs::LogExporter> opentelemetry_sdk::logs::LogExporter for OnHandle<E> {
+    async fn export(&self, batch: opentelemetry_sdk::logs::LogBatch<'_>) -> OTelSdkResult {
+        Entered {
+            handle: self.handle.clone(),
+            fut: self.inner.export(batch),
+        }
+        .await
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource)
+    }
+}
+
+/// A counter of the process's meter, made on first use.
+fn counter(
+    cell: &'static OnceLock<Counter<u64>>,
+    name: &'static str,
+) -> Option<&'static Counter<u64>> {
+    let provider = METRICS.get()?;
+    Some(cell.get_or_init(|| provider.meter("spin").u64_counter(name).build()))
+}
+
+/// Counts one request or event handled by a trigger, as Spin's `spin.request_count`
+/// (attributes `trigger_type`, `app_id`, `component_id`). Does nothing when metrics are off.
+pub fn count_request(trigger_type: &'static str, app_id: &str, component_id: &str) {
+    static C: OnceLock<Counter<u64>> = OnceLock::new();
+    if !metrics_enabled() {
+        return;
+    }
+    if let Some(c) = counter(&C, "spin.request_count") {
+        c.add(
+            1,
+            &[
+                KeyValue::new("trigger_type", trigger_type),
+                KeyValue::new("app_id", app_id.to_string()),
+                KeyValue::new("component_id", component_id.to_string()),
+            ],
+        );
+    }
+}
+
+/// Counts one LLM inference, as Spin's `spin.llm_infer` (attribute `model_name`). Does
+/// nothing when metrics are off.
+pub fn count_llm_infer(model_name: &str) {
+    static C: OnceLock<Counter<u64>> = OnceLock::new();
+    if !metrics_enabled() {
+        return;
+    }
+    if let Some(c) = counter(&C, "spin.llm_infer") {
+        c.add(1, &[KeyValue::new("model_name", model_name.to_string())]);
+    }
+}
+
+/// The first 50 bytes of non-UTF-8 output, escaped (as Spin exports it).
+fn escape_non_utf8(buf: &[u8]) -> String {
+    buf.iter()
+        .take(50)
+        .map(|&b| std::ascii::escape_default(b).to_string())
+        .collect()
+}
+
+/// One write of an app's standard output or error, as Spin's `handle_app_log`: a log record
+/// with the text and `component_id` when logs are exported, and (unless
+/// `SPIN_DISABLE_LOG_TO_TRACING`) an event on the current span when traces are. Cheap when
+/// both are off.
+pub fn app_log(buf: &[u8], component_id: &str) {
+    let text = std::str::from_utf8(buf);
+    if logs_enabled() {
+        if let Some((_, logger)) = LOGS.get() {
+            let mut record = logger.create_log_record();
+            match text {
+                Ok(s) => record.set_body(s.to_string().into()),
+                Err(_) => {
+                    record.set_body(escape_non_utf8(buf).into());
+                    record.add_attribute("app_log_non_utf8", true);
+                }
+            }
+            record.add_attribute("component_id", component_id.to_string());
+            logger.emit(record);
+        }
+    }
+    if enabled() && LOG_TO_TRACING.load(Ordering::Relaxed) {
+        match text {
+            Ok(s) => tracing::info!(target: APP_LOG_TARGET, app_log = s),
+            Err(_) => {
+                tracing::info!(target: APP_LOG_TARGET, app_log_non_utf8 = escape_non_utf8(buf))
+            }
+        }
+    }
+}
+
+/// Flushes and stops the exporters (at process end; spans still open are lost).
 pub fn shutdown() {
     if let Some(p) = PROVIDER.get() {
         if let Err(e) = p.shutdown() {
             eprintln!("OpenTelemetry: flushing spans at exit failed: {e}");
+        }
+    }
+    if let Some(p) = METRICS.get() {
+        if let Err(e) = p.shutdown() {
+            eprintln!("OpenTelemetry: flushing metrics at exit failed: {e}");
+        }
+    }
+    if let Some((p, _)) = LOGS.get() {
+        if let Err(e) = p.shutdown() {
+            eprintln!("OpenTelemetry: flushing logs at exit failed: {e}");
         }
     }
 }
@@ -496,93 +653,16 @@ pub fn set_error(span: &tracing::Span, message: impl Into<Cow<'static, str>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn cfg(vars: &[(&str, &str)]) -> anyhow::Result<Option<OtlpConfig>> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        OtlpConfig::from_lookup(&|k| m.get(k).cloned(), "spin")
-    }
-
-    #[test]
-    fn off_without_endpoint_or_when_disabled() {
-        assert_eq!(cfg(&[]).unwrap(), None);
-        assert_eq!(cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]).unwrap(), None);
-        assert_eq!(
-            cfg(&[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-                ("OTEL_SDK_DISABLED", "true")
-            ])
-            .unwrap(),
-            None
-        );
-    }
-
-    #[test]
-    fn endpoints_protocols_headers_and_resource() {
-        let c = cfg(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")])
-            .unwrap()
-            .unwrap();
-        assert_eq!(c.endpoint, "http://c:4318/v1/traces");
-        assert_eq!(c.protocol, Protocol::HttpProtobuf);
-        assert_eq!(c.service_name, "spin");
-        let c = cfg(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_EXPORTER_OTLP_HEADERS", "a=1,b=x%20y"),
-            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "A=2"),
-            (
-                "OTEL_RESOURCE_ATTRIBUTES",
-                "service.name=shop,k8s.pod.name=p",
-            ),
-        ])
-        .unwrap()
-        .unwrap();
-        assert_eq!(c.endpoint, "http://c:4317");
-        assert_eq!(c.protocol, Protocol::Grpc);
-        assert_eq!(
-            c.headers,
-            vec![("b".into(), "x y".into()), ("A".into(), "2".into())]
-        );
-        assert_eq!(c.service_name, "shop");
-        assert_eq!(c.resource, vec![("k8s.pod.name".into(), "p".into())]);
-        let c = cfg(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9/x"),
-            ("OTEL_SERVICE_NAME", "svc"),
-        ])
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            (c.endpoint.as_str(), c.service_name.as_str()),
-            ("http://t:9/x", "svc")
-        );
-    }
-
-    #[test]
-    fn bad_settings_name_the_variable() {
-        let e = cfg(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
-        ])
-        .unwrap_err();
-        assert!(e.to_string().contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{e}");
-        let e = cfg(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4318")]).unwrap_err();
-        assert!(e.to_string().contains("http://"), "{e}");
-        let e = cfg(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "soon"),
-        ])
-        .unwrap_err();
-        assert!(e.to_string().contains("OTEL_BSP_SCHEDULE_DELAY"), "{e}");
-    }
 
     #[test]
     fn host_call_names() {
         assert_eq!(bare_function("[method]store.get"), "store.get");
         assert_eq!(bare_function("get"), "get");
-        assert_eq!(percent_decode("a%2Cb%"), "a,b%");
+    }
+
+    #[test]
+    fn non_utf8_output_is_escaped_and_capped() {
+        assert_eq!(escape_non_utf8(b"a\xff\n"), "a\\xff\\n");
+        assert_eq!(escape_non_utf8(&[0xffu8; 80]).len(), 50 * 4);
     }
 }

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+mod app_log;
 pub mod chain;
 pub mod compile_cache;
 pub mod componentize;
@@ -197,9 +198,10 @@ pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` from `env` (default `info`), and exports traces
-/// when `OTEL_EXPORTER_OTLP_*` in `env` (or the process environment) asks for it
-/// ([`otel_export`]; service name `spin` unless `OTEL_SERVICE_NAME` says otherwise).
+/// Logs to stderr, filtered by `RUST_LOG` from `env` (default `info`), and exports traces,
+/// metrics and the app's output as logs when `OTEL_EXPORTER_OTLP_*` in `env` (or the process
+/// environment) asks for it ([`otel_export`]; service name `spin` unless `OTEL_SERVICE_NAME`
+/// says otherwise).
 /// Idempotent.
 pub fn init_tracing(env: &[(String, String)]) {
     use tracing_subscriber::layer::SubscriberExt as _;
@@ -216,11 +218,17 @@ pub fn init_tracing(env: &[(String, String)]) {
     ONCE.call_once(|| {
         let filter = lookup("RUST_LOG").unwrap_or_else(|| "info".to_string());
         // Host-call trace events carry arguments and results (secrets): never logged.
-        let filter = format!("{filter},{}=off", otel_export::HOST_CALL_TARGETS);
+        // The app's output already went to stdout/stderr; as events it is for spans only.
+        let filter = format!(
+            "{filter},{}=off,{}=off",
+            otel_export::HOST_CALL_TARGETS,
+            otel_export::APP_LOG_TARGET
+        );
         let fmt = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_filter(tracing_subscriber::EnvFilter::new(filter));
         let otel = otel_export::layer_from_env(&lookup, "spin", &[]);
+        otel_export::start_metrics_and_logs(&lookup, "spin");
         let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(fmt).with(otel));
         if dispatch.clone().try_init().is_err() {
             // In a container the shim's container-creation helper installed its subscriber
@@ -229,10 +237,12 @@ pub fn init_tracing(env: &[(String, String)]) {
             let _ = THREAD_DISPATCH.set(dispatch.clone());
             enter_tracing();
         }
-        match otel_export::decision() {
-            Some((true, line)) => tracing::info!("{line}"),
-            Some((false, line)) => tracing::warn!("{line}"),
-            None => {}
+        for (on, line) in otel_export::decisions() {
+            if on {
+                tracing::info!("{line}");
+            } else {
+                tracing::warn!("{line}");
+            }
         }
     });
 }

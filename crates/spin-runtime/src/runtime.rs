@@ -1,6 +1,7 @@
 //! Loading an app onto wasmtime: one engine per process, each component compiled once
 //! (through the compile cache) and pre-instantiated; a fresh instance per request.
 
+use crate::app_log::AppOutput;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -378,7 +379,13 @@ impl LoadedApp {
         stdin: bool,
     ) -> anyhow::Result<Store<InstanceState>> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.inherit_stdout().inherit_stderr().envs(&component.env);
+        if otel_export::logs_enabled() || otel_export::enabled() {
+            wasi.stdout(AppOutput::new(wasmtime_wasi::cli::stdout(), &component.id))
+                .stderr(AppOutput::new(wasmtime_wasi::cli::stderr(), &component.id));
+        } else {
+            wasi.inherit_stdout().inherit_stderr();
+        }
+        wasi.envs(&component.env);
         wasi.args(args);
         if stdin {
             wasi.inherit_stdin();

@@ -109,6 +109,7 @@ async fn handle(
             .insert(http::header::HOST, header_value(&local.to_string()));
     }
     add_spin_headers(&mut req, &route, client);
+    otel_export::count_request("http", &app.app.name, &component.id);
     let timing = app
         .metrics
         .as_ref()

@@ -1,9 +1,11 @@
-//! OpenTelemetry traces of an app served by `spin-serve`, received by a collector in this
-//! test that decodes OTLP with the published `opentelemetry-proto` crate (gRPC with tonic,
-//! HTTP/protobuf with prost): the request's server span continues the caller's
+//! OpenTelemetry from an app served by `spin-serve`, received by a collector in this test
+//! that decodes OTLP with the published `opentelemetry-proto` crate (gRPC with tonic,
+//! HTTP/protobuf with prost, plain or TLS): the request's server span continues the caller's
 //! `traceparent`, outbound HTTP and key-value calls are its children, the upstream sees the
-//! outbound span's `traceparent`, stored values never appear in exported spans, and without
-//! `OTEL_*` no exporter runs.
+//! outbound span's `traceparent`, stored values never appear in exported spans; Spin's
+//! `spin.request_count` counter and the app's output as log records arrive; an `https://`
+//! collector with a private CA and a required client certificate gets all three; and
+//! without `OTEL_*` no exporter runs.
 
 mod common;
 mod otlp;
@@ -71,6 +73,8 @@ fn app(upstream: SocketAddr) -> tempfile::TempDir {
         "spin_manifest_version = 2\n[application]\nname = \"otel-app\"\n\
          [[trigger.http]]\nroute = \"/kv/...\"\ncomponent = \"kv\"\n\
          [[trigger.http]]\nroute = \"/out/...\"\ncomponent = \"outbound\"\n\
+         [[trigger.http]]\nroute = \"/log/...\"\ncomponent = \"logger\"\n\
+         [component.logger]\nsource = \"{{WASM_DIR}}/spin_hostifaces.wasm\"\n\
          [component.kv]\nsource = \"{{WASM_DIR}}/spin_kv.wasm\"\nkey_value_stores = [\"default\"]\n\
          [component.outbound]\nsource = \"{{WASM_DIR}}/spin_outbound.wasm\"\n\
          allowed_outbound_hosts = [\"http://{upstream}\"]\n"
@@ -239,4 +243,188 @@ fn http_protobuf_export_and_off_without_variables() {
     assert_eq!(send(server.addr, "GET", "/kv/missing", &[], b""), 404);
     let log = log_with(&server, "OTEL_EXPORTER_OTLP_PROTOCOL");
     assert!(log.contains("OpenTelemetry traces are off"), "{log}");
+}
+
+/// Requests to two components, then checks the counters and log records the collector got.
+fn metrics_and_logs_arrive(collector: &Collector, server: &Server, service: &str) {
+    for _ in 0..3 {
+        assert_eq!(send(server.addr, "GET", "/kv/missing", &[], b""), 404);
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            send(
+                server.addr,
+                "GET",
+                "/log/?op=log&msg=hello-otel-log",
+                &[],
+                b""
+            ),
+            200
+        );
+    }
+    let counted = |points: &[otlp::Point], component: &str| {
+        otlp::latest(
+            points,
+            "spin.request_count",
+            &[
+                ("trigger_type", "http"),
+                ("app_id", "otel-app"),
+                ("component_id", component),
+            ],
+        )
+    };
+    let points = collector.wait_for_points("spin.request_count of 3 and 2", |p| {
+        counted(p, "kv") == Some(3) && counted(p, "logger") == Some(2)
+    });
+    let p = points
+        .iter()
+        .find(|p| p.metric == "spin.request_count")
+        .unwrap();
+    assert!(p.cumulative_counter, "a monotonic cumulative sum: {p:?}");
+    assert_eq!(p.service, service);
+    // One record per write (as Spin): println! writes a line at once, eprintln! (unbuffered)
+    // in pieces.
+    let stdout_lines = |l: &[otlp::Log]| l.iter().filter(|r| r.body == "hello-otel-log\n").count();
+    let all_output = |l: &[otlp::Log]| l.iter().map(|r| r.body.as_str()).collect::<String>();
+    let logs = collector.wait_for_logs("the app's stdout and stderr lines", |l| {
+        stdout_lines(l) >= 2 && all_output(l).matches("hello-otel-log (stderr)\n").count() >= 2
+    });
+    assert!(
+        logs.iter()
+            .all(|r| r.attr("component_id") == Some("logger") && r.service == service),
+        "{logs:?}"
+    );
+    assert_eq!(stdout_lines(&logs), 2, "{logs:?}");
+    assert_eq!(
+        all_output(&logs)
+            .matches("hello-otel-log (stderr)\n")
+            .count(),
+        2,
+        "{logs:?}"
+    );
+}
+
+#[test]
+fn grpc_metrics_and_app_logs() {
+    let collector = Collector::start();
+    let (up, _seen) = upstream();
+    let dir = app(up);
+    let endpoint = format!("http://{}", collector.grpc);
+    let server = Server::start(
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_SERVICE_NAME", "metrics-test"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            ("OTEL_BLRP_SCHEDULE_DELAY", "100"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    metrics_and_logs_arrive(&collector, &server, "metrics-test");
+    // The app's output reaches the log (stderr) as before; it is not repeated as log lines
+    // of the runtime.
+    let log = log_with(&server, "hello-otel-log (stderr)");
+    assert!(log.contains("hello-otel-log (stderr)"), "{log}");
+    assert!(!log.contains("app_log"), "{log}");
+    // Its stdout lines are span events on their request's server span.
+    let spans = collector.wait_for("a server span with the app's output as events", |s| {
+        s.iter()
+            .any(|r| r.span.name == "GET /log/..." && !r.span.events.is_empty())
+    });
+    let span = spans
+        .iter()
+        .find(|r| r.span.name == "GET /log/..." && !r.span.events.is_empty())
+        .unwrap();
+    assert!(
+        format!("{:?}", span.span.events).contains("hello-otel-log"),
+        "{:?}",
+        span.span.events
+    );
+}
+
+#[test]
+fn https_collector_with_private_ca_and_client_certificate() {
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let f = |n: &str| pki.path().join(n);
+    let collector = Collector::start_with(Some(otlp::TlsFiles {
+        cert: &f("server.pem"),
+        key: &f("server.key"),
+        client_ca: Some(&f("ca.pem")),
+    }));
+    let (up, _seen) = upstream();
+    let dir = app(up);
+    let (ca, cert, key) = (
+        f("ca.pem").display().to_string(),
+        f("client.pem").display().to_string(),
+        f("client.key").display().to_string(),
+    );
+    for (protocol, addr) in [("http/protobuf", collector.http), ("grpc", collector.grpc)] {
+        let before = *collector.store.exports.lock().unwrap();
+        let endpoint = format!("https://127.0.0.1:{}", addr.port());
+        let server = Server::start(
+            dir.path(),
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", &ca),
+                ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+                ("OTEL_SERVICE_NAME", protocol),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+                ("OTEL_BLRP_SCHEDULE_DELAY", "100"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ],
+        );
+        metrics_and_logs_arrive(&collector, &server, protocol);
+        collector.wait_for(&format!("a server span over {protocol} with TLS"), |s| {
+            s.iter()
+                .any(|r| r.service == protocol && r.span.name == "GET /kv/...")
+        });
+        assert!(
+            *collector.store.exports.lock().unwrap() > before,
+            "{protocol}: exports carried the client certificate"
+        );
+        drop(server);
+        collector.store.clear();
+    }
+    // Without the private CA the collector's certificate is refused: nothing arrives, the
+    // runtime says why, and the app serves.
+    let endpoint = format!("https://127.0.0.1:{}", collector.http.port());
+    let server = Server::start(
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &cert),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &key),
+            ("OTEL_SERVICE_NAME", "no-ca"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ],
+    );
+    assert_eq!(send(server.addr, "GET", "/kv/missing", &[], b""), 404);
+    // Five export intervals.
+    std::thread::sleep(Duration::from_millis(1000));
+    let got = collector.store.services();
+    assert!(!got.iter().any(|s| s == "no-ca"), "{got:?}");
+    drop(server);
+    // A missing certificate file is named and leaves telemetry off.
+    let server = Server::start(
+        dir.path(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
+        ],
+    );
+    assert_eq!(send(server.addr, "GET", "/kv/missing", &[], b""), 404);
+    let log = log_with(&server, "OpenTelemetry logs are off");
+    for signal in ["traces", "metrics", "logs"] {
+        assert!(
+            log.contains(&format!(
+                "OpenTelemetry {signal} are off: OTEL_EXPORTER_OTLP_CERTIFICATE=/nonexistent/ca.pem: no such file"
+            )),
+            "{signal}: {log}"
+        );
+    }
+    assert_eq!(threads_named(server.child.id(), "otel-export"), 0);
 }

@@ -67,10 +67,12 @@ pub fn init(server: bool, service: &str) {
         .try_init()
         .is_ok()
     {
-        match otel_export::decision() {
-            Some((true, line)) => tracing::info!("{line}"),
-            Some((false, line)) => tracing::warn!("{line}"),
-            None => {}
+        for (on, line) in otel_export::decisions() {
+            if on {
+                tracing::info!("{line}");
+            } else {
+                tracing::warn!("{line}");
+            }
         }
     }
 }

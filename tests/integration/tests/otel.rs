@@ -1,7 +1,8 @@
 //! OpenTelemetry through the shim (root only): a containerd 1.7 whose environment has
 //! `OTEL_EXPORTER_OTLP_*` (and so its shims) and a Spin container whose environment has them
 //! too (as spin-operator sets them) export to a collector on loopback: the shim's Task API
-//! spans (Create, Start, Kill, Delete, named by container id) and the app's request span.
+//! spans (Create, Start, Kill, Delete, named by container id), the app's request span and
+//! Spin's `spin.request_count` counter.
 //! Run as root: `cargo test --release -p integration --test otel -- --nocapture`.
 
 #[path = "../../../crates/spin-runtime/tests/otlp/mod.rs"]
@@ -43,13 +44,36 @@ fn run() -> Result<()> {
     .write_archive(&tar)?;
     c.import(&tar, false)?;
     let mut extra = Vec::new();
-    for (k, v) in otel.iter().chain([&("OTEL_SERVICE_NAME", "hello-app")]) {
+    for (k, v) in otel.iter().chain(&[
+        ("OTEL_SERVICE_NAME", "hello-app"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+    ]) {
         extra.push("--env".to_string());
         extra.push(format!("{k}={v}"));
     }
     let app = c.run_spin_app(name, &extra)?;
     let (status, _) = app.get("/hello")?;
     ensure!(status == 200, "GET /hello: {status}");
+    let (status, _) = app.get("/hello")?;
+    ensure!(status == 200, "GET /hello: {status}");
+    // Spin's request counter, exported from inside the container.
+    let points = collector.wait_for_points("spin.request_count of 2 from the container", |p| {
+        otlp::latest(
+            p,
+            "spin.request_count",
+            &[
+                ("trigger_type", "http"),
+                ("app_id", "spin-hello"),
+                ("component_id", "hello"),
+            ],
+        ) == Some(2)
+    });
+    ensure!(
+        points
+            .iter()
+            .any(|p| p.metric == "spin.request_count" && p.service == "hello-app"),
+        "metrics carry the app's service name: {points:?}"
+    );
     c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
     c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
     c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;

@@ -185,6 +185,7 @@ impl v2::Host for HostState {
         if !self.component.ai_models.contains(&model) {
             return Ok(Err(access_denied(&model)));
         }
+        otel_export::count_llm_infer(&model);
         let LlmCompute::RemoteHttp { url, auth_token } = &self.component.llm else {
             return Ok(Err(v2::Error::RuntimeError(NO_LOCAL_ENGINE.into())));
         };

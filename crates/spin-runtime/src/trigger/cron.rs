@@ -176,7 +176,7 @@ impl Schedule {
             };
             running.spawn(async move {
                 let component = &handler.component.id;
-                match call::<_, (Result<(), CronError>,)>(&app, &handler, (metadata,)).await {
+                match call::<_, (Result<(), CronError>,)>(&app, &handler, "cron", (metadata,)).await {
                     Ok((Ok(()),)) => {
                         tracing::debug!(trigger = %trigger, component = %component, tick = metadata.timestamp, "cron event handled")
                     }

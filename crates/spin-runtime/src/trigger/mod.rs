@@ -147,13 +147,20 @@ pub(crate) fn find_handler(
 }
 
 /// Instantiates the handler's component in a fresh store and calls its export with
-/// `params`, within the request deadline (`SPIN_SHIM_REQUEST_TIMEOUT`).
-pub(crate) async fn call<P, R>(app: &LoadedApp, handler: &Handler, params: P) -> anyhow::Result<R>
+/// `params`, within the request deadline (`SPIN_SHIM_REQUEST_TIMEOUT`). `trigger_type`
+/// (`redis`, `mqtt`, `cron`) labels the call in the exported `spin.request_count`.
+pub(crate) async fn call<P, R>(
+    app: &LoadedApp,
+    handler: &Handler,
+    trigger_type: &'static str,
+    params: P,
+) -> anyhow::Result<R>
 where
     P: ComponentNamedList + Lower + Send + Sync + 'static,
     R: ComponentNamedList + Lift + Send + Sync + 'static,
 {
     let component = &handler.component;
+    otel_export::count_request(trigger_type, &app.app.name, &component.id);
     let mut store = app.new_store(component)?;
     let run = async {
         let instance = component

@@ -183,7 +183,9 @@ impl Listener {
                         },
                     );
                     let component = &self.handler.component.id;
-                    match call::<_, (Result<(), MqttError>,)>(&app, &self.handler, params).await {
+                    match call::<_, (Result<(), MqttError>,)>(&app, &self.handler, "mqtt", params)
+                        .await
+                    {
                         Ok((Ok(()),)) => {
                             tracing::debug!(trigger = %self.trigger, component = %component, "message handled")
                         }

@@ -183,7 +183,7 @@ impl Subscriber {
         let calls = targets.iter().map(|t| {
             let payload = payload.clone();
             async move {
-                let r = call::<(Vec<u8>,), (Result<(), RedisError>,)>(app, &t.handler, (payload,))
+                let r = call::<(Vec<u8>,), (Result<(), RedisError>,)>(app, &t.handler, "redis", (payload,))
                     .await;
                 let component = &t.handler.component.id;
                 match r {

@@ -6,7 +6,8 @@
 //!
 //! Ops: `sqlite3`, `sqlite2` (query `db=<label>`), `redis`, `pg4`, `pg3`, `pg2`, `mysql`,
 //! `mqtt` (query `topic`, `qos` 0..2), `llm` (query `model`), `embed` (query `model`),
-//! `kv`, `wasikv`, `variables` (query `name`), `config` (query `name`, through wasi:config).
+//! `kv`, `wasikv`, `variables` (query `name`), `config` (query `name`, through wasi:config),
+//! `log` (query `msg`: printed to standard output, and with ` (stderr)` to standard error).
 use spin_sdk::http::{IntoResponse, Request, Response};
 use spin_sdk::http_component;
 use spin_sdk::wit::fermyon::spin2_0_0 as v2;
@@ -423,6 +424,13 @@ fn run(op: &str, query: &str) -> Result<Vec<String>, String> {
                 "get",
                 spin_sdk::wit::wasi::config::store::get(&param("name")),
             )?;
+        }
+        "log" => {
+            // The guest's standard output and error (exported as OpenTelemetry logs).
+            let msg = param("msg");
+            println!("{msg}");
+            eprintln!("{msg} (stderr)");
+            s.0.push(format!("logged={msg}"));
         }
         other => return Err(format!("error: unknown op `{other}`")),
     }
