@@ -195,3 +195,19 @@ if rc != (1 if cg == "fail" else 0):
 sys.exit("\n".join(bad) if bad else 0)
 PY
 log "doctor: verdicts right on the systemd node (controllers: $controllers)"
+# doctor --run: a test pod through the node's CRI socket (systemd driver: no kubelet here,
+# systemd is PID 1), pod and container CPU compared as kubelet compares them; the pod's
+# slice and the probe image are gone afterwards.
+report="$(node_run "$shim_dir/containerd-shim-spin-v2" doctor --run --json --config /etc/systemd-node/containerd.toml)" || true
+run_line="$(python3 - "$report" <<'PY'
+import json, sys
+r = {c["check"]: c for c in json.loads(sys.argv[1])["checks"]}
+run = r.get("run") or {"verdict": "missing", "detail": ""}
+print(run["verdict"], run["detail"])
+sys.exit(0 if run["verdict"] == "ok" and "systemd driver" in run["detail"] else 1)
+PY
+)" || die "doctor --run on the systemd node: $run_line"
+left="$(node_sh systemctl list-units --all --plain --no-legend 'kubepods-besteffort-pod*' || true)"
+[ -z "$left" ] || die "doctor --run left the pod slice: $left"
+node_sh ctr --address "$NODE_CONTAINERD_SOCK" -n k8s.io images ls -q | grep -q spin-shim-doctor-probe && die "doctor --run left its probe image"
+log "doctor --run: $run_line"

@@ -4,12 +4,13 @@
 
 use std::path::PathBuf;
 
-const DOCTOR_USAGE: &str = "usage: containerd-shim-spin-v2 doctor [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]";
+const DOCTOR_USAGE: &str = "usage: containerd-shim-spin-v2 doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]\n  --run  also run a test pod through containerd's CRI socket and compare its pod and container CPU as kubelet would";
 
-/// `doctor [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]`.
+/// `doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]`.
 fn doctor(args: &[String]) -> i32 {
     let mut opts = node_doctor::Options::default();
     let mut json = false;
+    let mut run = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| match it.next() {
@@ -21,6 +22,7 @@ fn doctor(args: &[String]) -> i32 {
         };
         match a.as_str() {
             "--json" => json = true,
+            "--run" => run = true,
             "--config" => match value("--config") {
                 Some(v) => opts.config = Some(v),
                 None => return 2,
@@ -51,7 +53,11 @@ fn doctor(args: &[String]) -> i32 {
         cache_dir_env: spin_engine::cache_mount::DIR_ENV.to_string(),
         cache_default: PathBuf::from(spin_engine::cache_mount::DEFAULT_DIR),
     };
-    let report = node_doctor::inspect(&target, &opts);
+    let mut report = node_doctor::inspect(&target, &opts);
+    if run {
+        let check = node_doctor::run::test_pod(&target, &report.facts);
+        report.checks.push(check);
+    }
     if json {
         println!("{}", report.json());
     } else {

@@ -18,6 +18,8 @@
 
 #![warn(missing_docs)]
 
+pub mod run;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -85,6 +87,32 @@ pub struct Check {
 pub struct Report {
     /// The checks.
     pub checks: Vec<Check>,
+    /// What the checks found out about the node, for [`run::test_pod`].
+    #[serde(skip)]
+    pub facts: Facts,
+}
+
+/// Facts about the node gathered by [`inspect`].
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The running containerd's pid, if one was found.
+    pub containerd_pid: Option<i32>,
+    /// Its mount namespace's root (`/proc/<pid>/root`), else `/`.
+    pub ns_root: PathBuf,
+    /// The mountinfo text of containerd's mount namespace.
+    pub mountinfo: String,
+    /// Whether the cgroup root there is cgroup2.
+    pub unified: bool,
+    /// The containerd binary.
+    pub containerd_bin: Option<PathBuf>,
+    /// The CRI (gRPC) socket, as containerd names it (in its mount namespace).
+    pub cri_socket: Option<PathBuf>,
+    /// kubelet's cgroup driver if found; else runc's `SystemdCgroup` decides.
+    pub kubelet_driver: Option<String>,
+    /// runc's `SystemdCgroup` in containerd's config.
+    pub runc_systemd: Option<bool>,
+    /// Whether PID 1 is systemd.
+    pub systemd_pid1: bool,
 }
 
 impl Report {
@@ -210,6 +238,7 @@ fn processes_named(name: &str) -> Vec<Proc> {
 
 const DEFAULT_CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+const DEFAULT_CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 
 fn same_file(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
@@ -353,6 +382,7 @@ fn root_is_cgroup2(text: &str) -> bool {
 
 /// Runs every check for `target`.
 pub fn inspect(target: &Target, opts: &Options) -> Report {
+    let mut facts = Facts::default();
     let mut checks = Vec::new();
     let mut add = |check: &'static str, verdict: Verdict, detail: String, fix: Option<String>| {
         checks.push(Check {
@@ -374,6 +404,10 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
         .map(|p| format!("/proc/{}/mountinfo", p.pid))
         .unwrap_or_else(|| "/proc/self/mountinfo".into());
     let systemd_running = Path::new("/run/systemd/system").is_dir();
+    facts.containerd_pid = cd.as_ref().map(|p| p.pid);
+    facts.ns_root = ns_root.clone();
+    facts.mountinfo = std::fs::read_to_string(&mountinfo_file).unwrap_or_default();
+    facts.unified = root_is_cgroup2(&facts.mountinfo);
     let host = std::fs::read_to_string(&mountinfo_file)
         .map_err(|e| e.to_string())
         .and_then(|text| {
@@ -472,6 +506,7 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
     // systemd.
     let pid1 = std::fs::read_to_string("/proc/1/comm").unwrap_or_default();
     let pid1 = pid1.trim();
+    facts.systemd_pid1 = pid1 == "systemd";
     if pid1 == "systemd" {
         let version = run(Command::new("systemctl").arg("--version"))
             .ok()
@@ -585,6 +620,16 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
     let parsed = dumped.and_then(|t| {
         toml::from_str::<toml::Table>(&t).map_err(|e| format!("{}: {e}", config.display()))
     });
+    facts.containerd_bin = bin.clone();
+    if let Ok(cfg) = &parsed {
+        facts.cri_socket = Some(PathBuf::from(
+            cfg.get("grpc")
+                .and_then(|g| g.get("address"))
+                .and_then(|a| a.as_str())
+                .filter(|a| !a.is_empty())
+                .unwrap_or(DEFAULT_CONTAINERD_SOCKET),
+        ));
+    }
     let mut entries = Vec::new();
     let mut runc_systemd = None;
     match parsed {
@@ -728,6 +773,8 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
                 .and_then(|t| kubelet_driver_from_config(&t))
                 .map(|d| (d, kcfg.display().to_string()))
         });
+    facts.kubelet_driver = driver.as_ref().map(|(d, _)| d.clone());
+    facts.runc_systemd = runc_systemd;
     match driver {
         None => add(
             "kubelet",
@@ -850,7 +897,7 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
         None => {}
     }
 
-    Report { checks }
+    Report { checks, facts }
 }
 
 #[cfg(test)]
@@ -944,6 +991,7 @@ runtime_path = "/opt/shim"
     #[test]
     fn exit_code_follows_failures() {
         let mut r = Report {
+            facts: Facts::default(),
             checks: vec![Check {
                 check: "a",
                 verdict: Verdict::Warn,

@@ -26,13 +26,7 @@ pub struct KubeletPod {
     pub layout: Layout,
 }
 
-/// A fresh pod uid (the kernel's random UUID).
-pub fn new_uid() -> Result<String> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .context("reading /proc/sys/kernel/random/uuid")?
-        .trim()
-        .to_string())
-}
+pub use kubelet_pod::kubelet::new_uid;
 
 impl KubeletPod {
     /// Creates the pod cgroups for (`driver`, `qos`) in every hierarchy of `layout` and runs

@@ -3,16 +3,7 @@
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 
-/// One line of `/proc/<pid>/cgroup`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupLine {
-    /// Hierarchy id (0 for the unified hierarchy).
-    pub id: u32,
-    /// Controllers (`cpu`, `name=systemd`, empty for unified).
-    pub controllers: String,
-    /// Path relative to the hierarchy root.
-    pub path: String,
-}
+pub use kubelet_pod::cgroups::{parse_hierarchies, parse_proc_cgroups, CgroupLine, Hierarchy};
 
 /// Parses `/proc/<pid>/cgroup`.
 pub fn proc_cgroups(pid: i32) -> Result<Vec<CgroupLine>> {
@@ -21,78 +12,12 @@ pub fn proc_cgroups(pid: i32) -> Result<Vec<CgroupLine>> {
     Ok(parse_proc_cgroups(&text))
 }
 
-/// Parses the text of a `/proc/<pid>/cgroup` file (malformed lines are skipped).
-pub fn parse_proc_cgroups(text: &str) -> Vec<CgroupLine> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ':');
-            Some(CgroupLine {
-                id: it.next()?.parse().ok()?,
-                controllers: it.next()?.to_string(),
-                path: it.next()?.to_string(),
-            })
-        })
-        .collect()
-}
-
-/// One mounted cgroup hierarchy, as `/proc/<pid>/mountinfo` lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hierarchy {
-    /// Where it is mounted, e.g. `/sys/fs/cgroup/cpuacct`.
-    pub mount: PathBuf,
-    /// `true` for the cgroup2 hierarchy.
-    pub unified: bool,
-    /// v1 controllers (and `name=` options) of the mount; empty for cgroup2.
-    pub controllers: Vec<String>,
-}
-
 /// The mount points of a mountinfo text, in order (field 5 of each line).
 pub fn mount_points(mountinfo: &str) -> Vec<String> {
     mountinfo
         .lines()
         .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
         .collect()
-}
-
-/// Parses mountinfo text into the cgroup hierarchies mounted at their root. A mount point
-/// listed twice keeps only the later mount (the earlier one is hidden).
-pub fn parse_hierarchies(mountinfo: &str) -> Vec<Hierarchy> {
-    let mut found: Vec<Hierarchy> = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split_whitespace().collect();
-        let right: Vec<&str> = right.split_whitespace().collect();
-        if left.len() < 5 || right.len() < 3 {
-            continue;
-        }
-        let (root, mount_point) = (left[3], left[4]);
-        let fstype = right[0];
-        // Any mount on a point hides what was mounted there before.
-        found.retain(|h| h.mount != std::path::Path::new(mount_point));
-        if root != "/" {
-            continue;
-        }
-        match fstype {
-            "cgroup2" => found.push(Hierarchy {
-                mount: mount_point.into(),
-                unified: true,
-                controllers: Vec::new(),
-            }),
-            "cgroup" => found.push(Hierarchy {
-                mount: mount_point.into(),
-                unified: false,
-                controllers: right[2]
-                    .split(',')
-                    .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("relatime"))
-                    .map(str::to_string)
-                    .collect(),
-            }),
-            _ => {}
-        }
-    }
-    found
 }
 
 /// Mount points of every cgroup hierarchy this process sees (v1 ones and the unified one).
@@ -252,10 +177,9 @@ mod tests {
     }
 
     #[test]
-    fn bind_over_root_hides_v1_mounts_below_only_when_same_point() {
-        // The private v2 namespace: unified bound over /sys/fs/cgroup. The v1 mounts below
-        // the old tmpfs are no longer reachable, but they are listed at other points;
-        // the mount on the same point (the tmpfs) is the one hidden.
+    fn bind_over_root_hides_what_was_mounted_there_and_below() {
+        // The private v2 namespace: unified bound over /sys/fs/cgroup hides the tmpfs there
+        // and the v1 mounts below it.
         let text =
             format!("{MOUNTINFO}50 31 0:38 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n");
         let hs = parse_hierarchies(&text);

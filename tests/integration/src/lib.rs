@@ -914,3 +914,35 @@ impl Drop for SpinApp<'_> {
         self.containerd.force_remove(&self.id);
     }
 }
+
+/// Runs `containerd-shim-spin-v2 doctor --json` with `args` and returns (exit code, report).
+pub fn doctor_json(args: &[&std::ffi::OsStr]) -> Result<(i32, serde_json::Value)> {
+    let shim = shim_bin_dir().join("containerd-shim-spin-v2");
+    let out = Command::new(&shim)
+        .args(["doctor", "--json"])
+        .args(args)
+        .output()
+        .with_context(|| format!("running {} doctor", shim.display()))?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "doctor printed no JSON: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok((out.status.code().unwrap_or(-1), report))
+}
+
+/// The verdict and detail of check `name` in a doctor report.
+pub fn doctor_check(report: &serde_json::Value, name: &str) -> Result<(String, String)> {
+    let c = report["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["check"] == name)
+        .with_context(|| format!("no `{name}` check in {report}"))?;
+    Ok((
+        c["verdict"].as_str().unwrap_or_default().to_string(),
+        c["detail"].as_str().unwrap_or_default().to_string(),
+    ))
+}

@@ -3,41 +3,17 @@
 //! hybrid layout, on 2.x in a private pure cgroup v2 namespace, and with a wrong node
 //! config (runtime not registered, shim not on containerd's PATH). Root only.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use integration::{CgroupMode, Containerd, ContainerdConfig, ContainerdVersion};
 use serde_json::Value;
 
 /// Runs the doctor for containerd `c` and returns (exit code, report).
 fn doctor(c: &Containerd) -> Result<(i32, Value)> {
-    let shim = integration::shim_bin_dir().join("containerd-shim-spin-v2");
-    let out = std::process::Command::new(&shim)
-        .args(["doctor", "--json", "--config"])
-        .arg(c.dir().join("config.toml"))
-        .output()
-        .with_context(|| format!("running {} doctor", shim.display()))?;
-    let report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "doctor printed no JSON: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
-    Ok((out.status.code().unwrap_or(-1), report))
+    let config = c.dir().join("config.toml");
+    integration::doctor_json(&["--config".as_ref(), config.as_os_str()])
 }
 
-/// The verdict and detail of check `name`.
-fn check(report: &Value, name: &str) -> Result<(String, String)> {
-    let c = report["checks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|c| c["check"] == name)
-        .with_context(|| format!("no `{name}` check in {report}"))?;
-    Ok((
-        c["verdict"].as_str().unwrap_or_default().to_string(),
-        c["detail"].as_str().unwrap_or_default().to_string(),
-    ))
-}
+use integration::doctor_check as check;
 
 fn expect(report: &Value, name: &str, verdict: &str, needles: &[&str]) -> Result<()> {
     let (v, d) = check(report, name)?;

@@ -6,7 +6,84 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-pub use integration::cgroups::{parse_hierarchies, Hierarchy};
+
+/// One line of `/proc/<pid>/cgroup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLine {
+    /// Hierarchy id (0 for the unified hierarchy).
+    pub id: u32,
+    /// Controllers (`cpu`, `name=systemd`, empty for unified).
+    pub controllers: String,
+    /// Path relative to the hierarchy root.
+    pub path: String,
+}
+
+/// Parses the text of a `/proc/<pid>/cgroup` file (malformed lines are skipped).
+pub fn parse_proc_cgroups(text: &str) -> Vec<CgroupLine> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ':');
+            Some(CgroupLine {
+                id: it.next()?.parse().ok()?,
+                controllers: it.next()?.to_string(),
+                path: it.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// One mounted cgroup hierarchy, as `/proc/<pid>/mountinfo` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    /// Where it is mounted, e.g. `/sys/fs/cgroup/cpuacct`.
+    pub mount: PathBuf,
+    /// `true` for the cgroup2 hierarchy.
+    pub unified: bool,
+    /// v1 controllers (and `name=` options) of the mount; empty for cgroup2.
+    pub controllers: Vec<String>,
+}
+
+/// Parses mountinfo text into the cgroup hierarchies mounted at their root. A later mount
+/// hides earlier ones at its mount point and below it (the private v2 namespace binds the
+/// unified hierarchy over `/sys/fs/cgroup`, hiding `/sys/fs/cgroup/unified`).
+pub fn parse_hierarchies(mountinfo: &str) -> Vec<Hierarchy> {
+    let mut found: Vec<Hierarchy> = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split_whitespace().collect();
+        let right: Vec<&str> = right.split_whitespace().collect();
+        if left.len() < 5 || right.len() < 3 {
+            continue;
+        }
+        let (root, mount_point) = (left[3], left[4]);
+        let fstype = right[0];
+        // Any mount on a point hides what was mounted there, and below it, before.
+        found.retain(|h| !h.mount.starts_with(mount_point));
+        if root != "/" {
+            continue;
+        }
+        match fstype {
+            "cgroup2" => found.push(Hierarchy {
+                mount: mount_point.into(),
+                unified: true,
+                controllers: Vec::new(),
+            }),
+            "cgroup" => found.push(Hierarchy {
+                mount: mount_point.into(),
+                unified: false,
+                controllers: right[2]
+                    .split(',')
+                    .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains("relatime"))
+                    .map(str::to_string)
+                    .collect(),
+            }),
+            _ => {}
+        }
+    }
+    found
+}
 
 /// Which cgroup layout a scenario sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +142,15 @@ impl PodCgroups {
     /// `layout`. On v1 cpuset, new levels inherit `cpuset.cpus`/`cpuset.mems` from their
     /// parent (an empty cpuset cannot hold tasks), as kubelet's cgroup manager does.
     pub fn create(layout: Layout, levels: &[String]) -> Result<Self> {
+        Self::create_in(hierarchies(layout)?, levels)
+    }
+
+    /// As [`Self::create`], in the given hierarchies (e.g. another mount namespace's, seen
+    /// through `/proc/<pid>/root`).
+    pub fn create_in(hierarchies: Vec<Hierarchy>, levels: &[String]) -> Result<Self> {
         let pod_path = levels.last().context("no pod cgroup levels given")?.clone();
         let mut guard = PodCgroups {
-            hierarchies: hierarchies(layout)?,
+            hierarchies,
             pod_path,
             created: Vec::new(),
         };
@@ -130,7 +213,7 @@ impl Drop for PodCgroups {
             if let Err(e) = fs::remove_dir(dir) {
                 // EBUSY / ENOTEMPTY: still used (a process or another pod's cgroup below).
                 if e.kind() != ErrorKind::NotFound {
-                    eprintln!("cri-tests: leaving cgroup {}: {e}", dir.display());
+                    eprintln!("kubelet-pod: leaving cgroup {}: {e}", dir.display());
                 }
             }
         }
@@ -212,7 +295,7 @@ pub fn process_cgroup(pid: u32, layout: Layout) -> Result<String> {
 pub fn process_v1_cgroup(pid: u32, controller: &str) -> Result<String> {
     let file = format!("/proc/{pid}/cgroup");
     let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
-    integration::cgroups::parse_proc_cgroups(&text)
+    parse_proc_cgroups(&text)
         .into_iter()
         .find(|l| l.controllers.split(',').any(|c| c == controller))
         .map(|l| l.path)
@@ -221,7 +304,7 @@ pub fn process_v1_cgroup(pid: u32, controller: &str) -> Result<String> {
 
 /// Picks the relevant entry of a `/proc/<pid>/cgroup` text (see [`process_cgroup`]).
 pub fn parse_proc_cgroup(text: &str, layout: Layout) -> Option<String> {
-    integration::cgroups::parse_proc_cgroups(text)
+    parse_proc_cgroups(text)
         .into_iter()
         .find(|l| match layout {
             Layout::Hybrid => l.controllers.split(',').any(|c| c == "cpuacct"),
@@ -263,6 +346,18 @@ mod tests {
             "/kubepods-pod1.slice:cri-containerd:x",
             "/kubepods.slice/kubepods-pod1.slice"
         ));
+    }
+
+    #[test]
+    fn a_later_mount_hides_mounts_below_it() {
+        let text = "30 24 0:26 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n\
+                    31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+                    32 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                    99 30 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let hs = parse_hierarchies(text);
+        assert_eq!(hs.len(), 1, "{hs:?}");
+        assert_eq!(hs[0].mount, PathBuf::from("/sys/fs/cgroup"));
+        assert!(hs[0].unified);
     }
 
     #[test]

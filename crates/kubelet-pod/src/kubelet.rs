@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use anyhow::{Context, Result};
+
 /// A pod's quality-of-service class, which decides where kubelet puts its cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QosClass {
@@ -56,6 +58,14 @@ fn cgroup_name(qos: QosClass, pod_uid: &str) -> Vec<String> {
     }
     name.push(format!("pod{pod_uid}"));
     name
+}
+
+/// A fresh pod uid (the kernel's random UUID).
+pub fn new_uid() -> Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .context("reading /proc/sys/kernel/random/uuid")?
+        .trim()
+        .to_string())
 }
 
 /// The absolute cgroup paths kubelet creates for a pod, outermost first; the last one is
