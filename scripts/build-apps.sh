@@ -19,12 +19,20 @@ if compgen -G "wasi-*-p1" >/dev/null; then
     done
 fi
 
-# Python SDK 3.x apps (componentize-py, as Spin's http-py template builds them). The
-# toolchain (~20 MB of wheels from PyPI) is cached in a venv under target/; a component is
-# rebuilt only when its sources are newer than it.
-for d in py-*/; do
+# Python SDK apps (componentize-py, as Spin's http-py template builds them): py-spin-hello
+# (spin-sdk 3.x, world spin-http) and py4-spin-hello (spin-sdk 4.x, Spin 4: world
+# spin:up/http-trigger@4.0.0, exporting only the WASIp3 handler). The world is the `-w` of
+# the componentize-py build command in the app's spin.toml, spin-http without one. Each
+# requirements.txt's toolchain (~20-40 MB of wheels from PyPI) is cached in a venv under
+# target/; a component is rebuilt only when its sources are newer than it.
+for d in py*-*/; do
     [ -f "$d/requirements.txt" ] || continue
     d=${d%/}
+    world=spin-http
+    if [ -f "$d/spin.toml" ]; then
+        w=$(sed -n 's/.*componentize-py -w \([^ ]*\) componentize.*/\1/p' "$d/spin.toml" | head -n1)
+        [ -n "$w" ] && world=$w
+    fi
     out="target/wasm32-wasip2/release/$(echo "$d" | tr - _).wasm"
     venv="target/py-venv/$(sha256sum "$d/requirements.txt" | cut -c1-12)"
     if [ ! -x "$venv/bin/componentize-py" ]; then
@@ -36,7 +44,7 @@ for d in py-*/; do
     if [ ! -f "$out" ] || [ -n "$(find "$d" -newer "$out" -type f)" ]; then
         mkdir -p "$(dirname "$out")"
         (cd "$d" && VIRTUAL_ENV="$PWD/../$venv" PATH="$PWD/../$venv/bin:$PATH" \
-            componentize-py -w spin-http componentize app -o "../$out.tmp" >/dev/null)
+            componentize-py -w "$world" componentize app -o "../$out.tmp" >/dev/null)
         mv "$out.tmp" "$out"
     fi
 done

@@ -185,6 +185,17 @@ pub const WASI_P3_INTERFACES: &[&str] = &[
 /// Spin 4's `async func` interfaces this runtime links.
 pub const SPIN4_INTERFACES: &[&str] = &["spin:variables/variables@3.0.0"];
 
+/// Spin 4's interfaces this runtime does not link yet (Spin 4 itself provides them; the
+/// Python SDK 4.0/5.0 worlds, which componentize-py keeps whole, import them all).
+pub const SPIN4_NOT_LINKED: &[&str] = &[
+    "spin:key-value/key-value@3.0.0",
+    "spin:mqtt/mqtt@3.0.0",
+    "spin:redis/redis@3.0.0",
+    "spin:sqlite/sqlite@3.1.0",
+    "spin:postgres/postgres@4.2.0",
+    "spin:mysql/mysql@3.0.0",
+];
+
 /// Whether the runtime links WASIp3 import `name`.
 pub fn provides(name: &str) -> bool {
     if SPIN4_INTERFACES.contains(&name) {

@@ -607,10 +607,19 @@ fn an_interface_no_spin_version_has_fails_the_start_naming_the_nearest() {
             "fermyon:spin/variables@2.0.0",
             "spin:postgres/postgres@5.0.0",
             "fermyon:spin/sqlite3@2.0.0",
+            "spin:redis/redis@3.0.0",
         ],
     );
     app_with_source(dir.path(), &wasm);
     let err = start_failure(dir.path(), &[]);
+    // A Spin 4 interface is not called unknown: the message says it is Spin 4's.
+    assert!(
+        err.contains(
+            "imports Spin 4 interfaces this runtime does not link yet: `spin:redis/redis@3.0.0`"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("`spin:redis/redis@3.0.0` (nearest"), "{err}");
     assert!(
         err.contains(
             "`spin:postgres/postgres@5.0.0` (nearest provided: `spin:postgres/postgres@4.0.0`)"

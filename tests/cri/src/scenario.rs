@@ -189,11 +189,33 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<(u16,
         .nth(1)
         .and_then(|c| c.parse().ok())
         .with_context(|| format!("no HTTP status in the response of {addr}{path}: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding")
+                && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body).with_context(|| format!("bad chunked body from {addr}{path}: {body:?}"))?
+    } else {
+        body.to_string()
+    };
     Ok((status, body))
+}
+
+/// Decodes an HTTP/1.1 chunked body (extensions and trailers ignored).
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 /// Waits until `GET path` answers 200 (bounded by `timeout`).

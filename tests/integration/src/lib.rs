@@ -20,6 +20,7 @@
 
 pub mod cgroups;
 pub mod images;
+pub mod sdk_apps;
 
 use anyhow::{bail, ensure, Context, Result};
 use std::io::Read;

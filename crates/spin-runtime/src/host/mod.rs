@@ -487,10 +487,13 @@ pub fn nearest_interface(name: &str) -> &'static str {
     let mut best: Option<(usize, &'static str)> = None;
     for candidate in candidates {
         let cand_path = candidate.split_once('@').map_or(candidate, |(p, _)| p);
+        let same_name = cand_path.rsplit('/').next() == path.rsplit('/').next();
         let distance = if cand_path == path {
             0
+        } else if same_name {
+            1
         } else {
-            1 + edit_distance(path, cand_path)
+            2 + edit_distance(path, cand_path)
         };
         // HOST_INTERFACES lists versions oldest first: a later same-path entry wins.
         if best.is_none_or(|(d, _)| distance < d || (distance == 0 && d == 0)) {
@@ -537,23 +540,40 @@ pub fn link_error(
     if missing.is_empty() {
         return None;
     }
-    let list: Vec<String> = missing
+    let (spin4, unknown): (Vec<&String>, Vec<&String>) = missing
         .iter()
-        .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
-        .collect();
-    Some(format!(
-        "component `{id}` imports {} that no Spin version provides and this runtime does not \
-         link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin 3.x's \
-         interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, spin:sqlite@3.0.0, \
-         wasi:keyvalue, wasi:config and WASI 0.2; of Spin 4's: WASI 0.3.0 (and its \
-         0.3.0-rc-2026-03-15 snapshot) and spin:variables@3.0.0)",
-        if missing.len() == 1 {
-            "an interface"
-        } else {
-            "interfaces"
-        },
-        list.join(", ")
-    ))
+        .partition(|m| crate::p3::SPIN4_NOT_LINKED.contains(&m.as_str()));
+    let mut parts = Vec::new();
+    if !unknown.is_empty() {
+        let list: Vec<String> = unknown
+            .iter()
+            .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
+            .collect();
+        parts.push(format!(
+            "component `{id}` imports {} that no Spin version provides and this runtime does \
+             not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
+             3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
+             spin:sqlite@3.0.0, wasi:keyvalue, wasi:config and WASI 0.2; of Spin 4's: WASI \
+             0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot) and spin:variables@3.0.0)",
+            if unknown.len() == 1 {
+                "an interface"
+            } else {
+                "interfaces"
+            },
+            list.join(", ")
+        ));
+    }
+    if !spin4.is_empty() {
+        let list: Vec<String> = spin4.iter().map(|m| format!("`{m}`")).collect();
+        parts.push(format!(
+            "component `{id}` imports Spin 4 interfaces this runtime does not link yet: {}. \
+             Spin 4 SDKs whose world keeps every import (Python spin-sdk 4.x and 5.x through \
+             componentize-py) cannot start here yet; build with Spin 3's SDK (Python spin-sdk \
+             3.x, world `spin-http`) or, for Rust, spin-sdk 6.x with only the features used",
+            list.join(", ")
+        ));
+    }
+    Some(parts.join("; "))
 }
 
 /// The `[[client_tls]]` client config for an HTTPS request to `uri`, if the runtime config

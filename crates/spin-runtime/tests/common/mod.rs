@@ -70,9 +70,14 @@ pub fn prepare_app(app: &str) -> tempfile::TempDir {
     let manifest = std::fs::read_to_string(src.join("spin.toml")).unwrap();
     let wasm_dir = format!("{}/", guest_apps_dir().display());
     let p1_dir = format!("{}/", guest_apps_dir_p1().display());
+    let js_dir = format!(
+        "{}/",
+        workspace_root().join("tests/apps/target/js").display()
+    );
     let manifest = manifest
         .replace("../target/wasm32-wasip2/release/", &wasm_dir)
-        .replace("../target/wasm32-wasip1/release/", &p1_dir);
+        .replace("../target/wasm32-wasip1/release/", &p1_dir)
+        .replace("../target/js/", &js_dir);
     std::fs::write(dir.path().join("spin.toml"), manifest).unwrap();
     dir
 }
