@@ -50,3 +50,4 @@ for d in py*-*/; do
 done
 echo "apps: done ($(ls target/wasm32-wasip2/release/*.wasm 2>/dev/null | wc -l) wasm files)"
 bash "$scripts/build-js-app.sh"
+bash "$scripts/build-js-sdk-app.sh"

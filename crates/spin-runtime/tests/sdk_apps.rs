@@ -1,8 +1,11 @@
 //! Apps written against published Spin SDKs, served by `spin-serve`: spin-sdk 3.x and 5.x
 //! built for wasm32-wasip1 (core modules, componentized at load with the preview1 adapter and
 //! cached keyed by the module), 5.x for wasm32-wasip2, and 6.x (Spin 4: a WASIp3 component
-//! exporting only `wasi:http/handler@0.3.0-rc-2026-03-15`). Also: `.env` in the app directory
-//! supplies `SPIN_VARIABLE_*` values as `spin up` does, the environment winning.
+//! exporting only `wasi:http/handler@0.3.0-rc-2026-03-15`); JavaScript from Spin's http-js
+//! template (@spinframework/build-tools) and from bare componentize-js; Python spin-sdk 3.x
+//! (componentize-py), and Python spin-sdk 4.x refused naming the Spin 4 interfaces not linked
+//! yet. Also: `.env` in the app directory supplies `SPIN_VARIABLE_*` values as `spin up`
+//! does, the environment winning.
 //!
 //! Each start's time to listening and the server's RSS are printed (`sdk-apps:` lines) for
 //! the report; they are not asserted.
@@ -163,6 +166,16 @@ fn javascript_componentize_js() {
         "JavaScript | componentize-js 0.23.0 | wasip2",
         &[("/", "hello from js\n"), ("/any/path", "hello from js\n")],
         &|_, _| {},
+    );
+}
+
+#[test]
+fn javascript_spin_js_sdk_template() {
+    serve_app(
+        "js-sdk-hello",
+        "JavaScript | @spinframework/build-tools 1.0.7 (http-js template v3.6) | wasip2",
+        &[("/", "Hello, Spin!"), ("/echo/a/b", "/echo/a/b")],
+        &|server, _| assert_eq!(server.get("/nothing").status, 404),
     );
 }
 

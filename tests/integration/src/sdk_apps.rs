@@ -82,6 +82,14 @@ pub const SDK_APPS: &[SdkApp] = &[
         routes: RUST_ROUTES_6,
     },
     SdkApp {
+        dir: "js-sdk-hello",
+        language: "JavaScript",
+        sdk: "@spinframework/build-tools 1.0.7 (http-js template v3.6, componentize-js 0.19)",
+        target: "wasip2",
+        wasm: "js/js_sdk_hello.wasm",
+        routes: &[("/", "Hello, Spin!"), ("/echo/a/b", "/echo/a/b")],
+    },
+    SdkApp {
         dir: "js-hello",
         language: "JavaScript",
         sdk: "componentize-js 0.23.0 (wasi:http, no JS SDK)",
