@@ -70,6 +70,10 @@ build() {
     export "CFLAGS_${t//-/_}=$cf"
     # libseccomp-sys links the static archive built above instead of the system's libseccomp.so.
     export LIBSECCOMP_LINK_TYPE=static LIBSECCOMP_LIB_PATH="$seccomp/lib"
+    # The release profile's line tables are stripped from the archive anyway: not generating
+    # them saves compile and link time. Incremental compilation (on in the profile) partitions
+    # code by the history of the target dir, so it is off for a byte-reproducible binary.
+    export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_INCREMENTAL=0
     nice -n "${CARGO_NICE:-0}" cargo build --locked --release --target "$t" \
         -p "$pkg" --bin "$bin_name" >&2
     local bin="$CARGO_TARGET_DIR/$t/release/$bin_name"
