@@ -7,9 +7,12 @@ RELEASE_DIR := $(CARGO_TARGET_DIR)/release
 # Integration tests find the freshly built binaries and guest apps here.
 export SHIM_BIN_DIR := $(RELEASE_DIR)
 export GUEST_APPS_DIR := $(CURDIR)/tests/apps/target/wasm32-wasip2/release
+# Release archives (make release) and the static x86_64 shim `make test` runs on a no-libc node.
+export RELEASE_OUT ?= $(CARGO_TARGET_DIR)/dist
+STATIC_SHIM_DIR := $(CARGO_TARGET_DIR)/x86_64-unknown-linux-musl/release
 
 .PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd test-kind test-k3s \
-        demo bench bench-http bench-start fuzz soak clean
+        demo bench bench-http bench-start fuzz soak clean release build-static test-release
 
 all: build
 
@@ -32,11 +35,29 @@ lint: setup
 fmt:
 	$(CARGO) fmt --all
 
+## release: static (musl, libseccomp linked in) shim archives for x86_64 and aarch64 in
+## $(RELEASE_OUT), each with its .sha256; reproducible (SOURCE_DATE_EPOCH: the last commit's time)
+release: setup
+	@bash scripts/release.sh x86_64 aarch64
+
+## build-static: the x86_64 static shim alone (what `make test` runs on a node without libc)
+build-static: setup
+	@bash scripts/release.sh build x86_64 >/dev/null
+
 ## test: everything — lint, unit tests, real-kernel cgroup tests, containerd integration tests
-test: build apps lint
-	$(CARGO) test --release --workspace
+## (with the x86_64 static shim on a node without libc: tests/integration/tests/static_node.rs)
+test: build build-static apps lint
+	RELEASE_SHIM_DIR=$(STATIC_SHIM_DIR) $(CARGO) test --release --workspace
 	@bash scripts/test-systemd.sh
 	@bash scripts/test-systemd-spinkube.sh
+
+## test-release: make release, then the archives' binaries: x86_64 on a node without libc,
+## aarch64 under qemu-user (--version, a WASI command and a Spin HTTP app via spin-serve)
+test-release: release build apps
+	@set -e; d="$$(mktemp -d)"; trap 'rm -rf "$$d"' EXIT; \
+	  tar -xzf $(RELEASE_OUT)/containerd-shim-spin-v2-*-linux-x86_64.tar.gz -C "$$d" --strip-components=1; \
+	  RELEASE_SHIM_DIR="$$d" $(CARGO) test --release -p integration --test static_node -- --nocapture
+	@bash scripts/test-release-aarch64.sh
 
 test-unit: setup
 	$(CARGO) test --release --workspace --lib --bins

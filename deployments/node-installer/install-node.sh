@@ -22,12 +22,19 @@
 # Usage: install-node.sh [options]
 #   --host-root DIR   the node's root filesystem (default /, /host in the DaemonSet)
 #   --shim FILE       the shim binary to install (default: next to this script)
+#   --archive SRC     install the shim from a release archive
+#                     (containerd-shim-spin-v2-<version>-linux-<arch>.tar.gz, `make release`):
+#                     an http(s):// URL, fetched with curl or wget, or a file (e.g. mounted
+#                     into the pod); its sha256 is checked before anything is installed;
+#                     `{arch}` in SRC stands for the node's `uname -m` (x86_64, aarch64)
+#   --sha256 SUM      the archive's expected sha256: 64 hex digits, or the URL or file of a
+#                     sha256sum line (default: SRC.sha256, as `make release` writes beside it)
 #   --distro NAME     auto|containerd|k3s|rke2|microk8s|k0s (default auto: detected)
 #   --config FILE     containerd config to edit, relative to host root (plain containerd;
 #                     default /etc/containerd/config.toml)
 #   --bin-dir DIR     where the shim goes on the host (default /usr/local/bin)
 #   --no-restart      do not restart containerd (the caller does)
-# Environment: HOST_ROOT, SHIM_SOURCE, NODE_DISTRO, CONTAINERD_CONFIG, SHIM_BIN_DIR, RESTART=none
+# Environment: HOST_ROOT, SHIM_SOURCE, SHIM_ARCHIVE, SHIM_ARCHIVE_SHA256, NODE_DISTRO, CONTAINERD_CONFIG, SHIM_BIN_DIR, RESTART=none
 #   RESTART_CMD  command that restarts the node's containerd (overrides the distro default)
 #   HOST_NAMESPACES=here  run the restart without nsenter (the installer is not in a pod)
 #   VERIFY_SHIM=0  skip running `containerd-shim-spin-v2 -v` on the node after the copy
@@ -39,7 +46,9 @@
 set -eu
 
 host_root="${HOST_ROOT:-/}"
-shim_src="${SHIM_SOURCE:-$(dirname "$0")/containerd-shim-spin-v2}"
+shim_src="${SHIM_SOURCE:-}"
+archive="${SHIM_ARCHIVE:-}"
+archive_sha="${SHIM_ARCHIVE_SHA256:-}"
 distro="${NODE_DISTRO:-auto}"
 config_rel="${CONTAINERD_CONFIG:-}"
 bin_dir="${SHIM_BIN_DIR:-/usr/local/bin}"
@@ -53,7 +62,9 @@ while [ $# -gt 0 ]; do
         --config) config_rel="$2"; shift 2 ;;
         --bin-dir) bin_dir="$2"; shift 2 ;;
         --no-restart) restart=none; shift ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        --archive) archive="$2"; shift 2 ;;
+        --sha256) archive_sha="$2"; shift 2 ;;
+        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
         *) echo "install-node: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -73,7 +84,68 @@ replaced=""
 # Every config file this run manages, one a line.
 managed=""
 
-[ -f "$shim_src" ] || die "shim binary $shim_src not found (fix: pass --shim FILE or set SHIM_SOURCE)"
+# --- the shim to install: a file, or a release archive checked against its sha256 ----------
+# Copies URL or file $1 to file $2.
+fetch() {
+    case "$1" in
+        http://* | https://*)
+            if command -v curl >/dev/null 2>&1; then
+                curl -fsSL --retry 3 -o "$2" "$1"
+            elif command -v wget >/dev/null 2>&1; then
+                wget -q -O "$2" "$1"
+            else
+                die "neither curl nor wget is here to fetch $1 (fix: mount the archive into the pod and pass its path to --archive)"
+            fi ;;
+        file://*) cp "${1#file://}" "$2" ;;
+        *) cp "$1" "$2" ;;
+    esac
+}
+if [ -n "$archive" ]; then
+    [ -z "$shim_src" ] || die "both --shim ($shim_src) and --archive ($archive) given (fix: pass one of them)"
+    # `{arch}` in the source names this node's architecture (one DaemonSet for a mixed fleet).
+    node_arch="$(uname -m)"
+    archive="$(printf '%s' "$archive" | sed "s/{arch}/$node_arch/g")"
+    archive_sha="$(printf '%s' "$archive_sha" | sed "s/{arch}/$node_arch/g")"
+    work="$(mktemp -d)"
+    trap 'rm -rf "$work"' EXIT
+    fetch "$archive" "$work/archive.tar.gz" ||
+        die "cannot fetch the shim archive $archive (fix: check the URL, or that the file is mounted there)"
+    want=""
+    sum_src="$archive.sha256"
+    if [ -n "$archive_sha" ]; then
+        if printf '%s' "$archive_sha" | grep -Eq '^[0-9a-fA-F]{64}$'; then
+            want="$archive_sha"
+        else
+            sum_src="$archive_sha"
+        fi
+    fi
+    if [ -z "$want" ]; then
+        fetch "$sum_src" "$work/archive.sha256" ||
+            die "cannot fetch the checksum $sum_src of $archive (fix: publish the .sha256 beside the archive, or pass --sha256 with its 64 hex digits)"
+        want="$(sed -n '1s/^\([0-9a-fA-F]\{64\}\)\([[:space:]].*\)\{0,1\}$/\1/p' "$work/archive.sha256")"
+        [ -n "$want" ] || die "$sum_src does not start with a sha256 (64 hex digits) (fix: pass the .sha256 file that make release wrote, or --sha256 with the digits)"
+    fi
+    want="$(printf '%s' "$want" | tr 'A-F' 'a-f')"
+    got="$(sha256sum "$work/archive.tar.gz" | cut -d' ' -f1)"
+    [ "$got" = "$want" ] ||
+        die "the shim archive $archive has sha256 $got but $want was expected: refused, nothing installed (fix: fetch the archive again, or give the checksum published with this archive)"
+    log "shim archive $archive: sha256 $got verified"
+    # The archive's architecture, from its name, must be this node's.
+    name="$(basename "$archive")"
+    case "$name" in
+        containerd-shim-spin-v2-*-linux-*.tar.gz)
+            arch="${name##*-linux-}"
+            arch="${arch%.tar.gz}"
+            [ "$arch" = "$node_arch" ] ||
+                die "the shim archive $name is for $arch but this node is $node_arch (fix: use the ...-linux-$node_arch.tar.gz archive)" ;;
+    esac
+    mkdir "$work/x"
+    tar -xzf "$work/archive.tar.gz" -C "$work/x" || die "cannot unpack $archive as a tar.gz"
+    shim_src="$(find "$work/x" -type f -name containerd-shim-spin-v2 | head -n 1)"
+    [ -n "$shim_src" ] || die "the shim archive $archive holds no containerd-shim-spin-v2 (fix: use an archive that make release wrote)"
+fi
+[ -n "$shim_src" ] || shim_src="$(dirname "$0")/containerd-shim-spin-v2"
+[ -f "$shim_src" ] || die "shim binary $shim_src not found (fix: pass --shim FILE, --archive URL|FILE, or set SHIM_SOURCE)"
 
 # --- which node flavour -------------------------------------------------------------------
 if [ "$distro" = auto ]; then
@@ -118,7 +190,8 @@ install_shim "$bin_dir"
 [ "$distro" = k0s ] && install_shim /var/lib/k0s/bin
 shim_path="$bin_dir/containerd-shim-spin-v2"
 
-# The shim links glibc and libseccomp dynamically: make sure it runs on this node.
+# A shim from `make build` links glibc and libseccomp dynamically (a release archive's is
+# static and needs nothing): make sure it runs on this node.
 if [ "${VERIFY_SHIM:-1}" = 1 ]; then
     if [ -z "$host_root" ]; then
         out="$("$shim_path" -v 2>&1)" || ok=no

@@ -1,8 +1,11 @@
 //! `containerd-shim-spin-v2`: the containerd shim for runtime type `io.containerd.spin.v2`.
 //! The shim lives in `wasm-shim-core`, Spin in `spin-engine`; this binary joins them.
-//! `containerd-shim-spin-v2 doctor` inspects the node instead (see `node-doctor`).
+//! `containerd-shim-spin-v2 doctor` inspects the node instead (see `node-doctor`);
+//! `containerd-shim-spin-v2 --version` prints the build (see `version`).
 
 use std::path::PathBuf;
+
+mod version;
 
 const DOCTOR_USAGE: &str = "usage: containerd-shim-spin-v2 doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]\n  --run  also run a test pod through containerd's CRI socket and compare its pod and container CPU as kubelet would";
 
@@ -70,6 +73,17 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("doctor") {
         std::process::exit(doctor(&args[2..]));
+    }
+    // containerd's flag parser takes -v / -version / --version too: all print the same.
+    if matches!(
+        args.get(1).map(String::as_str),
+        Some("version" | "--version" | "-version" | "-v")
+    ) {
+        print!(
+            "{}",
+            version::render(&version::build_info(), &version::device_filter_probe())
+        );
+        return;
     }
     wasm_shim_core::run_shim(std::sync::Arc::new(spin_engine::SpinEngine));
 }

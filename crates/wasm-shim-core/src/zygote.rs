@@ -430,11 +430,17 @@ pub fn helper_main(executor: ShimExecutor) -> ! {
     // would hold its sockets for their lifetime), and give 0 and 1 to /dev/null; stderr
     // stays the server's log.
     const SOCK: libc::c_int = 3;
-    // SAFETY: dup2/fcntl/close_range on descriptors this process owns.
+    // SAFETY: dup2/fcntl/close_range on descriptors this process owns. close_range(2) by
+    // its syscall number: musl's libc (the static release build) has no wrapper for it.
     let moved = unsafe {
         libc::dup2(0, SOCK) == SOCK
             && libc::fcntl(SOCK, libc::F_SETFD, libc::FD_CLOEXEC) == 0
-            && libc::close_range(SOCK as u32 + 1, u32::MAX, 0) == 0
+            && libc::syscall(
+                libc::SYS_close_range,
+                SOCK as libc::c_uint + 1,
+                libc::c_uint::MAX,
+                0 as libc::c_uint,
+            ) == 0
     };
     if !moved {
         eprintln!(

@@ -61,6 +61,16 @@ impl Node {
     /// Runs the installer (with `--no-restart` if `no_restart`): (success, its log). The
     /// script's pid is written to `<root>/installer.pid` first (it `exec`s the installer).
     fn run(&self, no_restart: bool, env: &[(&str, &str)]) -> Result<(bool, String)> {
+        self.run_from(&["--shim".as_ref(), self.shim.as_os_str()], no_restart, env)
+    }
+
+    /// [`Node::run`] with `source` (`--shim FILE`, `--archive SRC ...`) naming the shim.
+    fn run_from(
+        &self,
+        source: &[&std::ffi::OsStr],
+        no_restart: bool,
+        env: &[(&str, &str)],
+    ) -> Result<(bool, String)> {
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg("echo $$ >\"$0\"/installer.pid && exec sh \"$@\"")
@@ -68,8 +78,7 @@ impl Node {
             .arg(installer())
             .args(["--host-root"])
             .arg(self.root.path())
-            .arg("--shim")
-            .arg(&self.shim);
+            .args(source);
         if no_restart {
             cmd.arg("--no-restart");
         }
@@ -643,6 +652,259 @@ fn runtime_class_selects_the_label_the_installer_sets_after_success() -> Result<
     ensure!(
         ds.contains("maxUnavailable: 1"),
         "the DaemonSet rolls out without maxUnavailable"
+    );
+    Ok(())
+}
+
+/// A release archive as `scripts/release.sh archive` writes it, for this machine's
+/// architecture, of a static ELF standing in for the shim (busybox-static's busybox: the
+/// script refuses what is not an ELF of the archive's architecture); `node.shim` becomes
+/// the file the archive holds. Returns (archive, its .sha256).
+fn release_archive(node: &Node) -> Result<(PathBuf, PathBuf)> {
+    let dist = node.root.path().join("dist");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/release.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["archive", std::env::consts::ARCH, "/bin/busybox"])
+        .env("RELEASE_OUT", &dist)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "release.sh archive failed (is busybox-static installed?): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let archive = fs::read_dir(&dist)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+        .context("release.sh wrote no archive")?;
+    let sum = PathBuf::from(format!("{}.sha256", archive.display()));
+    ensure!(sum.is_file(), "{} missing", sum.display());
+    let inner = Command::new("tar")
+        .arg("-xzOf")
+        .arg(&archive)
+        .arg("containerd-shim-spin-v2")
+        .output()?;
+    ensure!(
+        inner.status.success() && !inner.stdout.is_empty(),
+        "archive holds no shim"
+    );
+    fs::write(&node.shim, inner.stdout)?;
+    Ok((archive, sum))
+}
+
+#[test]
+fn release_archive_file_is_verified_and_installed() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd-1.6.toml"),
+    );
+    let (archive, _) = release_archive(&node)?;
+    // `{arch}` stands for this machine's architecture.
+    let templated = archive
+        .to_string_lossy()
+        .replace(std::env::consts::ARCH, "{arch}");
+    let (ok, log) = node.run_from(
+        &["--archive".as_ref(), templated.as_ref()],
+        true,
+        &[("VALIDATE", "0")],
+    )?;
+    ensure!(ok, "install from {templated} failed:\n{log}");
+    ensure!(log.contains("sha256") && log.contains("verified"), "{log}");
+    node.check_shim("/usr/local/bin")?;
+    check_runtime(&node.path("/etc/containerd/config.toml"), CRI_V1, BIN)
+}
+
+#[test]
+fn release_archive_with_a_wrong_checksum_is_refused_and_nothing_installed() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd-1.6.toml"),
+    );
+    let (archive, sum) = release_archive(&node)?;
+    // The .sha256 beside it names other bytes (as after a corrupted or swapped download).
+    let text = fs::read_to_string(&sum)?;
+    let flipped: String = text
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == 0 {
+                if c == '0' {
+                    '1'
+                } else {
+                    '0'
+                }
+            } else {
+                c
+            }
+        })
+        .collect();
+    fs::write(&sum, flipped)?;
+    let before = fs::read_to_string(node.path("/etc/containerd/config.toml"))?;
+    let other_digits = "ab".repeat(32);
+    for (args, what) in [
+        (
+            vec!["--archive".as_ref(), archive.as_os_str()],
+            "the .sha256 beside it",
+        ),
+        (
+            vec![
+                "--archive".as_ref(),
+                archive.as_os_str(),
+                "--sha256".as_ref(),
+                other_digits.as_ref(),
+            ],
+            "--sha256 digits",
+        ),
+    ] {
+        let (ok, log) = node.run_from(&args, true, &[("VALIDATE", "0")])?;
+        ensure!(!ok, "a wrong checksum ({what}) was accepted:\n{log}");
+        ensure!(
+            log.contains("refused, nothing installed") && log.contains("was expected"),
+            "unclear refusal ({what}):\n{log}"
+        );
+    }
+    ensure!(
+        !node.path("/usr/local/bin/containerd-shim-spin-v2").exists(),
+        "a shim was installed from an archive that failed its checksum"
+    );
+    ensure!(
+        fs::read_to_string(node.path("/etc/containerd/config.toml"))? == before,
+        "the config changed"
+    );
+    Ok(())
+}
+
+#[test]
+fn release_archive_for_another_architecture_is_refused() -> Result<()> {
+    let node = Node::new();
+    let other = if std::env::consts::ARCH == "aarch64" {
+        "x86_64"
+    } else {
+        "aarch64"
+    };
+    let (archive, sum) = release_archive(&node)?;
+    // Published under the other architecture's name, with its checksum beside it.
+    let name = archive.file_name().unwrap().to_string_lossy().replace(
+        &format!("-linux-{}.tar.gz", std::env::consts::ARCH),
+        &format!("-linux-{other}.tar.gz"),
+    );
+    let renamed = archive.with_file_name(&name);
+    fs::rename(&archive, &renamed)?;
+    fs::rename(&sum, format!("{}.sha256", renamed.display()))?;
+    let archive = renamed;
+    let (ok, log) = node.run_from(
+        &["--archive".as_ref(), archive.as_os_str()],
+        true,
+        &[("VALIDATE", "0"), ("CONTAINERD_MAJOR", "1")],
+    )?;
+    ensure!(!ok, "an {other} archive was installed on this node:\n{log}");
+    ensure!(
+        log.contains(&format!("is for {other} but this node is")),
+        "{log}"
+    );
+    Ok(())
+}
+
+/// Over HTTP (curl, as a node installer fetches a release URL), from a loopback server
+/// started here and stopped by its pid.
+#[test]
+fn release_archive_url_is_fetched_with_its_checksum() -> Result<()> {
+    let node = Node::new();
+    node.put(
+        "/etc/containerd/config.toml",
+        &fixture("containerd-1.6.toml"),
+    );
+    let (archive, _) = release_archive(&node)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut server = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
+        .arg(archive.parent().unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("python3 -m http.server")?;
+    let r = (|| -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "the HTTP server did not come up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let url = format!(
+            "http://127.0.0.1:{port}/{}",
+            archive.file_name().unwrap().to_string_lossy()
+        );
+        let (ok, log) = node.run_from(
+            &["--archive".as_ref(), url.as_ref()],
+            true,
+            &[("VALIDATE", "0")],
+        )?;
+        ensure!(ok, "install from {url} failed:\n{log}");
+        node.check_shim("/usr/local/bin")?;
+        // A URL that is not there: a clear error, no shim change.
+        let (ok, log) = node.run_from(
+            &["--archive".as_ref(), format!("{url}.missing").as_ref()],
+            true,
+            &[("VALIDATE", "0")],
+        )?;
+        ensure!(
+            !ok && log.contains("cannot fetch the shim archive"),
+            "{log}"
+        );
+        Ok(())
+    })();
+    let _ = server.kill();
+    let _ = server.wait();
+    r
+}
+
+/// runtime-class-manager's downloader unpacks a Shim's archive into an asset directory,
+/// renaming each member matching `containerd-shim-.*` after the Shim resource (here
+/// `spin-v2`, deployments/runtime-class-manager/shim.yaml), and its node installer installs
+/// every file of that directory as a shim: the archive must unpack to the shim alone.
+#[test]
+fn release_archive_unpacks_to_the_shim_alone_as_runtime_class_manager_fetches_it() -> Result<()> {
+    let node = Node::new();
+    let (archive, _) = release_archive(&node)?;
+    let assets = node.root.path().join("assets");
+    fs::create_dir(&assets)?;
+    let st = Command::new("tar")
+        .args([
+            "--transform",
+            "s/containerd-shim-.*/containerd-shim-spin-v2/",
+            "-xzf",
+        ])
+        .arg(&archive)
+        .arg("-C")
+        .arg(&assets)
+        .status()?;
+    ensure!(st.success(), "tar failed on {}", archive.display());
+    let mut files: Vec<String> = fs::read_dir(&assets)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    ensure!(
+        files == ["containerd-shim-spin-v2"],
+        "the archive unpacks to {files:?}, not to the shim alone"
+    );
+    ensure!(
+        fs::read(assets.join("containerd-shim-spin-v2"))? == fs::read(&node.shim)?,
+        "the unpacked shim differs"
     );
     Ok(())
 }

@@ -87,6 +87,87 @@ pub struct ContainerdConfig {
     /// Start containerd (and so its shims and their containers) under a seccomp filter
     /// that fails bpf(2) with EPERM: a node whose kernel refuses eBPF programs.
     pub deny_bpf: bool,
+    /// The directory whose `containerd-shim-spin-v2` containerd starts, instead of
+    /// [`shim_bin_dir`] (e.g. a release build for another target).
+    pub shim_dir: Option<PathBuf>,
+    /// Start containerd on a node without libc (see [`NoLibcNode`]): only static binaries
+    /// (such as the release shim) run there.
+    pub no_libc: bool,
+}
+
+/// A node without libc, for [`ContainerdConfig::no_libc`]: containerd runs in a private
+/// mount namespace whose `/usr/lib` and `/usr/lib64` (and so, merged-/usr, `/lib` and
+/// `/lib64`) are empty tmpfs mounts, so there is no dynamic loader and no libc for anything
+/// it starts (as on a scratch- or Alpine-based node image). containerd itself is a glibc
+/// program: it runs through a private copy of its loader and the libraries `ldd` lists, kept
+/// in the instance dir (as a node image would keep them under a private path), started as
+/// `<private ld.so> --library-path <private dir> containerd ...`.
+#[derive(Debug, Clone)]
+pub struct NoLibcNode {
+    /// The private loader.
+    pub loader: PathBuf,
+    /// The directory of the private libraries.
+    pub lib_dir: PathBuf,
+}
+
+/// Directories hidden by empty tmpfs mounts on a [`NoLibcNode`].
+pub const NO_LIBC_HIDDEN: &[&str] = &["/usr/lib", "/usr/lib64"];
+
+impl NoLibcNode {
+    /// Copies `binary`'s loader and shared libraries (as `ldd` lists them) into `dir`.
+    pub fn prepare(binary: &Path, dir: &Path) -> Result<Self> {
+        let out = output_with_timeout(Command::new("ldd").arg(binary), Duration::from_secs(30))?;
+        ensure!(
+            out.status.success(),
+            "ldd {} failed (is it a dynamic executable?): {}",
+            binary.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::create_dir_all(dir)?;
+        let mut loader = None;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)`, or the loader's
+            // `/lib64/ld-linux-x86-64.so.2 (0x...)`; the vDSO has no path.
+            let line = line.trim();
+            let path = match line.split_once(" => ") {
+                Some((_, rest)) => rest.split_whitespace().next(),
+                None => line
+                    .split_whitespace()
+                    .next()
+                    .filter(|p| p.starts_with('/')),
+            };
+            let Some(path) = path.filter(|p| p.starts_with('/')) else {
+                continue;
+            };
+            let src = Path::new(path);
+            let name = src.file_name().context("library path without a name")?;
+            let dst = dir.join(name);
+            std::fs::copy(src, &dst)
+                .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            if line.split_once(" => ").is_none() {
+                loader = Some(dst);
+            }
+        }
+        let loader =
+            loader.with_context(|| format!("ldd {} names no dynamic loader", binary.display()))?;
+        Ok(Self {
+            loader,
+            lib_dir: dir.to_path_buf(),
+        })
+    }
+
+    /// `sh -c` script (run by the static busybox of busybox-static, which needs no libc
+    /// either) that hides the libraries, then execs `$0 --library-path $1 $2 --config $3`.
+    fn script() -> String {
+        let mut s = String::new();
+        for d in NO_LIBC_HIDDEN {
+            s.push_str(&format!(
+                "/bin/busybox mount -t tmpfs -o ro,mode=0755 nolibc {d} && "
+            ));
+        }
+        s.push_str("exec \"$0\" --library-path \"$1\" \"$2\" --config \"$3\"");
+        s
+    }
 }
 
 /// Installs a seccomp filter failing bpf(2) with EPERM in this process and its future
@@ -300,6 +381,8 @@ pub struct Containerd {
     env: Vec<(String, String)>,
     /// See [`ContainerdConfig::deny_bpf`].
     deny_bpf: bool,
+    /// See [`ContainerdConfig::no_libc`].
+    no_libc: Option<NoLibcNode>,
 }
 
 impl Containerd {
@@ -369,10 +452,27 @@ state = "{state}"
         );
         let cfg = d.join("config.toml");
         std::fs::write(&cfg, toml)?;
+        let no_libc = if config.no_libc {
+            ensure!(
+                mode == CgroupMode::Host,
+                "a no-libc node runs with CgroupMode::Host only"
+            );
+            ensure!(
+                Path::new("/bin/busybox").is_file(),
+                "/bin/busybox is missing: run scripts/setup.sh (busybox-static)"
+            );
+            Some(NoLibcNode::prepare(&containerd, &d.join("node-libs"))?)
+        } else {
+            None
+        };
         // The shim first, then the containerd package's own binaries (runc shim), then PATH.
         let path = format!(
             "{}:{}:{}",
-            shim_bin_dir().display(),
+            config
+                .shim_dir
+                .clone()
+                .unwrap_or_else(shim_bin_dir)
+                .display(),
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
         );
@@ -387,6 +487,7 @@ state = "{state}"
             pid: 0,
             env,
             deny_bpf: config.deny_bpf,
+            no_libc,
         };
         me.launch()?;
         Ok(me)
@@ -400,13 +501,30 @@ state = "{state}"
             .create(true)
             .append(true)
             .open(self.dir().join("containerd.log"))?;
-        let mut cmd = match self.mode {
-            CgroupMode::Host => {
+        let mut cmd = match (&self.no_libc, self.mode) {
+            (Some(node), _) => {
+                let mut c = Command::new("unshare");
+                c.args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "/bin/busybox",
+                    "sh",
+                    "-c",
+                ])
+                .arg(NoLibcNode::script())
+                .arg(&node.loader)
+                .arg(&node.lib_dir)
+                .arg(&containerd)
+                .arg(&cfg);
+                c
+            }
+            (None, CgroupMode::Host) => {
                 let mut c = Command::new(&containerd);
                 c.arg("--config").arg(&cfg);
                 c
             }
-            CgroupMode::UnifiedNamespace => {
+            (None, CgroupMode::UnifiedNamespace) => {
                 let mut c = Command::new("unshare");
                 c.args(["--mount", "--propagation", "private", "sh", "-c"])
                     .arg("mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && exec \"$0\" --config \"$1\"")

@@ -1,0 +1,141 @@
+//! Build facts for `containerd-shim-spin-v2 --version` (see `src/version.rs`), all from the
+//! build itself, none typed by hand:
+//! - `SHIM_WASMTIME_VERSION`, `SHIM_LIBCONTAINER_VERSION`: the versions Cargo.lock resolved;
+//! - `SHIM_GIT_COMMIT`: `git rev-parse HEAD` of the checkout, else the `SHIM_GIT_COMMIT`
+//!   variable (a build from a source tarball), else `unknown`;
+//! - `SHIM_BUILD_DATE`: the UTC date of `SOURCE_DATE_EPOCH`, else of the commit, else
+//!   `unknown` (never the wall clock, so two builds of one commit are byte-identical);
+//! - `SHIM_TARGET`, `SHIM_SECCOMP_LINK`: the target triple and how libseccomp is linked
+//!   (`LIBSECCOMP_LINK_TYPE`, which libseccomp-sys reads too).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
+    let lock = manifest_dir.join("../../Cargo.lock");
+    println!("cargo:rerun-if-changed={}", lock.display());
+    let text = std::fs::read_to_string(&lock).unwrap_or_else(|e| {
+        fail(&format!(
+            "reading {}: {e} (the workspace's Cargo.lock names the wasmtime and libcontainer versions)",
+            lock.display()
+        ))
+    });
+    for (package, var) in [
+        ("wasmtime", "SHIM_WASMTIME_VERSION"),
+        ("libcontainer", "SHIM_LIBCONTAINER_VERSION"),
+    ] {
+        let versions = locked_versions(&text, package);
+        if versions.is_empty() {
+            fail(&format!(
+                "{} lists no `{package}` package: is it still a dependency?",
+                lock.display()
+            ));
+        }
+        println!("cargo:rustc-env={var}={}", versions.join(", "));
+    }
+
+    for var in [
+        "SHIM_GIT_COMMIT",
+        "SOURCE_DATE_EPOCH",
+        "LIBSECCOMP_LINK_TYPE",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let commit = git_commit(&manifest_dir);
+    println!(
+        "cargo:rustc-env=SHIM_GIT_COMMIT={}",
+        commit
+            .clone()
+            .or_else(|| std::env::var("SHIM_GIT_COMMIT")
+                .ok()
+                .filter(|c| !c.is_empty()))
+            .unwrap_or_else(|| "unknown".into())
+    );
+    let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(s) => Some(s.trim().parse::<i64>().unwrap_or_else(|_| {
+            fail(&format!(
+                "SOURCE_DATE_EPOCH={s:?} is not a number of seconds since 1970 (unset it or give e.g. `git log -1 --format=%ct`)"
+            ))
+        })),
+        Err(_) if commit.is_some() => git(&manifest_dir, &["log", "-1", "--format=%ct"])
+            .and_then(|s| s.parse().ok()),
+        Err(_) => None,
+    };
+    println!(
+        "cargo:rustc-env=SHIM_BUILD_DATE={}",
+        epoch.map(utc_date).unwrap_or_else(|| "unknown".into())
+    );
+    println!("cargo:rustc-env=SHIM_TARGET={}", env("TARGET"));
+    println!(
+        "cargo:rustc-env=SHIM_SECCOMP_LINK={}",
+        std::env::var("LIBSECCOMP_LINK_TYPE").unwrap_or_else(|_| "dylib".into())
+    );
+}
+
+/// Every version of `package` in a Cargo.lock, in file order.
+fn locked_versions(lock: &str, package: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut name: Option<&str> = None;
+    for line in lock.lines() {
+        let line = line.trim();
+        if line == "[[package]]" {
+            name = None;
+        } else if let Some(v) = line.strip_prefix("name = ") {
+            name = Some(v.trim_matches('"'));
+        } else if let Some(v) = line.strip_prefix("version = ") {
+            if name == Some(package) {
+                out.push(v.trim_matches('"').to_string());
+            }
+        }
+    }
+    out
+}
+
+/// HEAD's commit, when the sources are a git checkout; asks cargo to rerun when HEAD moves.
+fn git_commit(dir: &Path) -> Option<String> {
+    let commit = git(dir, &["rev-parse", "HEAD"])?;
+    for path in ["HEAD", "packed-refs"] {
+        if let Some(p) = git(dir, &["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={}", dir.join(p).display());
+        }
+    }
+    if let Some(head_ref) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(p) = git(dir, &["rev-parse", "--git-path", &head_ref]) {
+            println!("cargo:rerun-if-changed={}", dir.join(p).display());
+        }
+    }
+    Some(commit)
+}
+
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .ok()?;
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !s.is_empty()).then_some(s)
+}
+
+/// `YYYY-MM-DD` (UTC) of a Unix time, by the civil-from-days algorithm.
+fn utc_date(secs: i64) -> String {
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| fail(&format!("cargo did not set {name}")))
+}
+
+fn fail(msg: &str) -> ! {
+    panic!("containerd-shim-spin-v2 build script: {msg}");
+}
