@@ -36,10 +36,11 @@ triple() {
     esac
 }
 
-# build ARCH [PKG BIN]: cargo build of the shim binary alone (or of BIN of PKG) for ARCH's
-# musl target; prints its path.
-build() {
-    local arch="$1" pkg="${2:-$name}" bin_name="${3:-$name}" t T cc sysroot
+# target_env ARCH: builds libseccomp for ARCH's musl target and exports the per-target
+# compiler, linker, flags and library path for it; prints the target triple. Everything is
+# per target, so one cargo invocation can build several architectures.
+target_env() {
+    local arch="$1" t T cc sysroot
     t="$(triple "$arch")"
     T="$(echo "$t" | tr a-z- A-Z_)"
     local seccomp="$CARGO_TARGET_DIR/libseccomp-musl/$arch"
@@ -66,25 +67,47 @@ build() {
         rf+=" --remap-path-prefix=$m"
         cf+=" -ffile-prefix-map=$m"
     done
-    export "CARGO_TARGET_${T}_RUSTFLAGS=${rf# }"
+    # libseccomp-sys links libseccomp statically (LIBSECCOMP_LINK_TYPE below); the archive
+    # built above is found through this target's own search path, since libseccomp-sys's
+    # LIBSECCOMP_LIB_PATH would be one directory for every target of the build.
+    export "CARGO_TARGET_${T}_RUSTFLAGS=${rf# } -L native=$seccomp/lib"
     export "CFLAGS_${t//-/_}=$cf"
-    # libseccomp-sys links the static archive built above instead of the system's libseccomp.so.
-    export LIBSECCOMP_LINK_TYPE=static LIBSECCOMP_LIB_PATH="$seccomp/lib"
+    echo "$t"
+}
+
+# build ARCH... | build ARCH PKG BIN: one cargo build of the shim binary alone (or of BIN of PKG) for
+# each ARCH's musl target (host build scripts and proc macros are compiled once for all);
+# prints the binaries' paths, one line each, in the order of ARCH.
+build() {
+    local pkg="$name" bin_name="$name" arches=("$@") targets=() t a
+    # ARCH PKG BIN: another binary of the workspace, for one architecture.
+    if [ "$#" -eq 3 ] && ! triple "$2" >/dev/null 2>&1; then
+        arches=("$1") pkg="$2" bin_name="$3"
+    fi
+    for a in "${arches[@]}"; do
+        t="$(target_env "$a")"
+        targets+=(--target "$t")
+    done
+    export LIBSECCOMP_LINK_TYPE=static
+    unset LIBSECCOMP_LIB_PATH
     # The release profile's line tables are stripped from the archive anyway: not generating
     # them saves compile and link time. Incremental compilation (on in the profile) partitions
     # code by the history of the target dir, so it is off for a byte-reproducible binary.
     export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_INCREMENTAL=0
-    nice -n "${CARGO_NICE:-0}" cargo build --locked --release --target "$t" \
+    nice -n "${CARGO_NICE:-0}" cargo build --locked --release "${targets[@]}" \
         -p "$pkg" --bin "$bin_name" >&2
-    local bin="$CARGO_TARGET_DIR/$t/release/$bin_name"
-    # A release binary must need no loader: refuse one with an interpreter or a needed shared
-    # library (a static-pie has a DYNAMIC segment, for its own relocation, and nothing else).
-    if readelf -lW "$bin" | grep -q INTERP || readelf -dW "$bin" | grep -q NEEDED; then
-        echo "release: $bin is not statically linked" >&2
-        readelf -d "$bin" >&2 || true
-        return 1
-    fi
-    echo "$bin"
+    for a in "${arches[@]}"; do
+        local bin="$CARGO_TARGET_DIR/$(triple "$a")/release/$bin_name"
+        # A release binary must need no loader: refuse one with an interpreter or a needed
+        # shared library (a static-pie has a DYNAMIC segment, for its own relocation, and
+        # nothing else).
+        if readelf -lW "$bin" | grep -q INTERP || readelf -dW "$bin" | grep -q NEEDED; then
+            echo "release: $bin is not statically linked" >&2
+            readelf -d "$bin" >&2 || true
+            return 1
+        fi
+        echo "$bin"
+    done
 }
 
 # archive ARCH BINARY: the tar.gz and its .sha256 in $out.
@@ -127,10 +150,11 @@ case "${1:-}" in
         arches=("$@")
         [ "${#arches[@]}" -gt 0 ] || arches=(x86_64 aarch64)
         for a in "${arches[@]}"; do triple "$a" >/dev/null; done
-        for a in "${arches[@]}"; do
-            start=$SECONDS
-            bin="$(build "$a")"
-            echo "release: built $a in $((SECONDS - start)) s" >&2
-            archive "$a" "$bin"
+        start=$SECONDS
+        mapfile -t bins < <(build "${arches[@]}")
+        [ "${#bins[@]}" -eq "${#arches[@]}" ] || { echo "release: the build failed" >&2; exit 1; }
+        echo "release: built ${arches[*]} in $((SECONDS - start)) s" >&2
+        for i in "${!arches[@]}"; do
+            archive "${arches[$i]}" "${bins[$i]}"
         done ;;
 esac
