@@ -37,8 +37,9 @@ triple() {
 }
 
 # target_env ARCH: builds libseccomp for ARCH's musl target and exports the per-target
-# compiler, linker, flags and library path for it; prints the target triple. Everything is
-# per target, so one cargo invocation can build several architectures.
+# compiler, linker, flags and library path for it (so call it in this shell, not in a
+# command substitution). Everything is per target, so one cargo invocation can build
+# several architectures.
 target_env() {
     local arch="$1" t T cc sysroot
     t="$(triple "$arch")"
@@ -72,21 +73,20 @@ target_env() {
     # LIBSECCOMP_LIB_PATH would be one directory for every target of the build.
     export "CARGO_TARGET_${T}_RUSTFLAGS=${rf# } -L native=$seccomp/lib"
     export "CFLAGS_${t//-/_}=$cf"
-    echo "$t"
 }
 
 # build ARCH... | build ARCH PKG BIN: one cargo build of the shim binary alone (or of BIN of PKG) for
 # each ARCH's musl target (host build scripts and proc macros are compiled once for all);
 # prints the binaries' paths, one line each, in the order of ARCH.
 build() {
-    local pkg="$name" bin_name="$name" arches=("$@") targets=() t a
+    local pkg="$name" bin_name="$name" arches=("$@") targets=() a
     # ARCH PKG BIN: another binary of the workspace, for one architecture.
     if [ "$#" -eq 3 ] && ! triple "$2" >/dev/null 2>&1; then
         arches=("$1") pkg="$2" bin_name="$3"
     fi
     for a in "${arches[@]}"; do
-        t="$(target_env "$a")"
-        targets+=(--target "$t")
+        target_env "$a"
+        targets+=(--target "$(triple "$a")")
     done
     export LIBSECCOMP_LINK_TYPE=static
     unset LIBSECCOMP_LIB_PATH
