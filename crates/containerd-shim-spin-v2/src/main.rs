@@ -70,6 +70,7 @@ fn doctor(args: &[String]) -> i32 {
 }
 
 fn main() {
+    spin_engine::quiet_library_backtraces();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("doctor") {
         std::process::exit(doctor(&args[2..]));

@@ -26,6 +26,8 @@ use wasm_shim_core::engine::{Engine, Entrypoint, Prepare};
 
 use cache_mount::AppSource;
 
+pub use spin_runtime::quiet_library_backtraces;
+
 use artifact::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
 
 /// The shim-owned directory (under a container's state root) holding its Spin app and

@@ -23,6 +23,7 @@ fn usage() -> ! {
 }
 
 fn main() {
+    spin_runtime::quiet_library_backtraces();
     let mut args = std::env::args().skip(1);
     let mut app_dir: Option<PathBuf> = None;
     let mut listen: Option<String> = None;
