@@ -48,13 +48,20 @@ mod pool_limits {
     pub const MEMORIES_PER_COMPONENT: u32 = 4;
     pub const TABLES_PER_COMPONENT: u32 = 8;
     pub const CORE_INSTANCES_PER_COMPONENT: u32 = 50;
-    /// Bytes of a pooled linear memory kept mapped between instances when the kernel has
-    /// `PAGEMAP_SCAN` (Linux 6.7+): only the pages the last instance dirtied are restored
-    /// (copied back from the image or zeroed), and they stay resident, so a request's
-    /// instance takes no page faults on the memory its predecessors touched and no
-    /// `madvise` runs. Pages never touched cost nothing.
+    /// At most this many bytes of a pooled linear memory stay mapped between instances
+    /// when the kernel has `PAGEMAP_SCAN` (Linux 6.7+): only the pages the last instance
+    /// dirtied are restored (copied back from the image or zeroed), and they stay resident,
+    /// so a request's instance takes no page faults on the memory its predecessors touched
+    /// and no `madvise` runs. Pages never touched cost nothing.
     pub const MEMORY_KEEP_RESIDENT: usize = 16 << 20;
-    /// As [`MEMORY_KEEP_RESIDENT`], for tables.
+    /// Unused slots that keep their memory (and its resident pages) for the next instance of
+    /// the same component; enough for the concurrency a pod usually sees.
+    pub const WARM_SLOTS: u32 = 16;
+    /// The resident pages all warm slots may hold together, as a fraction of the container's
+    /// memory limit ([`resident_budget`]); without a limit, [`RESIDENT_BUDGET_NO_LIMIT`].
+    pub const RESIDENT_BUDGET_DIVISOR: usize = 8;
+    /// The warm slots' resident budget when the container has no memory limit.
+    pub const RESIDENT_BUDGET_NO_LIMIT: usize = 256 << 20;
     pub const TABLE_KEEP_RESIDENT: usize = 1 << 20;
 }
 
@@ -205,7 +212,8 @@ pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Re
         // region per instance: slower than madvise for what a request touches.
         if wasmtime::PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .linear_memory_keep_resident(pool_limits::MEMORY_KEEP_RESIDENT)
+                .max_unused_warm_slots(pool_limits::WARM_SLOTS)
+                .linear_memory_keep_resident(keep_resident(max_memory))
                 .table_keep_resident(pool_limits::TABLE_KEEP_RESIDENT);
         }
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
@@ -213,6 +221,18 @@ pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Re
     Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("cannot create the wasmtime engine")
+}
+
+/// Bytes of each pooled linear memory kept resident: [`pool_limits::MEMORY_KEEP_RESIDENT`],
+/// less when the container's memory limit (`max_memory`) is small, so that the warm slots
+/// together never hold more than an eighth of it (a 128 MiB pod: 1 MiB per slot).
+fn keep_resident(max_memory: Option<usize>) -> usize {
+    let budget = max_memory.map_or(pool_limits::RESIDENT_BUDGET_NO_LIMIT, |m| {
+        m / pool_limits::RESIDENT_BUDGET_DIVISOR
+    });
+    let per_slot = budget / pool_limits::WARM_SLOTS as usize;
+    // Whole pages: wasmtime rounds to the host page size anyway.
+    (per_slot.min(pool_limits::MEMORY_KEEP_RESIDENT)) & !0xfff
 }
 
 /// (host dir, guest path) pairs mounted read-only.
@@ -603,4 +623,22 @@ fn prepare_files(
         }
     }
     Ok((preopens, staging))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_resident;
+
+    #[test]
+    fn warm_slots_hold_at_most_an_eighth_of_the_memory_limit() {
+        const MIB: usize = 1 << 20;
+        assert_eq!(keep_resident(Some(128 * MIB)), MIB);
+        assert_eq!(keep_resident(Some(1024 * MIB)), 8 * MIB);
+        // Never more than the fixed cap, with or without a (large) limit.
+        assert_eq!(keep_resident(Some(64 * 1024 * MIB)), 16 * MIB);
+        assert_eq!(keep_resident(None), 16 * MIB);
+        // A limit too small for a page per slot keeps nothing (madvise as before).
+        assert_eq!(keep_resident(Some(256 * 1024)), 0);
+        assert_eq!(keep_resident(Some(100 * MIB + 3)) % 4096, 0);
+    }
 }
