@@ -82,11 +82,11 @@ test-systemd: build apps
 demo: build apps
 	@bash scripts/demo.sh
 
-## bench: benchmarks, results in docs/benchmarks.md and raw samples in target/bench/
+## bench: every benchmark in one run (cold and first starts, the HTTP comparison with
+## wasmtime serve and its profile, memory, density, stats); docs/benchmarks.md, raw samples
+## in target/bench/. bench-http and bench-start run one part alone (reports in target/bench/).
 bench: build apps
 	@bash scripts/bench.sh
-	@bash scripts/bench-http.sh
-	@bash scripts/bench-start.sh
 
 bench-http: build apps
 	@bash scripts/bench-http.sh

@@ -7,6 +7,22 @@ ROOT=$PWD
 [ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
+# The `wasmtime` CLI the HTTP comparison runs (`wasmtime serve`): the wasmtime-cli crate at
+# the wasmtime version our Cargo.lock resolved, installed once under the target dir (its
+# own build dir there, so a second bench reuses it). Exports WASMTIME_BIN, WASMTIME_VERSION.
+install_wasmtime_cli() {
+    local v dir
+    v="$(awk '/^name = "wasmtime"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)"
+    [ -n "$v" ] || { echo "bench: no wasmtime version in Cargo.lock" >&2; exit 1; }
+    dir="$CARGO_TARGET_DIR/bench-tools/wasmtime-cli-$v"
+    if [ ! -x "$dir/bin/wasmtime" ]; then
+        echo "bench: installing wasmtime-cli $v (once; about 10 min on 2 cores)" >&2
+        CARGO_TARGET_DIR="$CARGO_TARGET_DIR/bench-tools/build" \
+            cargo install -q --locked --version "=$v" --root "$dir" wasmtime-cli >&2
+    fi
+    export WASMTIME_BIN="$dir/bin/wasmtime" WASMTIME_VERSION="$v"
+}
+
 bench_run() {
     local mode=$1
     [ "$(id -u)" = 0 ] || { echo "bench: needs root (containerd, pod cgroups); run with sudo" >&2; exit 1; }
@@ -16,6 +32,7 @@ bench_run() {
         [ -f "$apps/$w" ] || { echo "bench: $apps/$w missing: run make apps" >&2; exit 1; }
     done
     cargo build --release -q --workspace --bins --example native-hello
+    install_wasmtime_cli
     "$CARGO_TARGET_DIR/release/shim-bench" "$mode" 2>"$CARGO_TARGET_DIR/bench-$mode.log" \
         || { tail -40 "$CARGO_TARGET_DIR/bench-$mode.log" >&2; exit 1; }
 }

@@ -11,7 +11,9 @@ need_pkgs=(containerd runc busybox-static protobuf-compiler libseccomp-dev pkg-c
     # componentize-py (Python SDK test apps) runs from a venv.
     python3-venv
     # openssl s_server and the CLI make the TLS test server and its certificates.
-    openssl)
+    openssl
+    # make bench profiles the request path (perf record -e cpu-clock).
+    linux-perf)
 # Release binaries (scripts/release.sh): static musl builds for x86_64 and aarch64, with
 # libseccomp compiled from Debian's source package by the musl compilers
 # (scripts/build-libseccomp-musl.sh says why), and qemu-user for the aarch64 test.

@@ -2,7 +2,9 @@
 //! Spin runtime against in the same run.
 //!
 //! `native-hello [--listen 127.0.0.1:0]`: prints `native-hello: listening on http://ADDR`
-//! and answers every request with a short text body until SIGTERM/SIGINT.
+//! and answers every request with a short text body until SIGTERM/SIGINT; a request with
+//! `?n=N` gets `fib(N) = V` instead, computed as the spin-cpu guest app computes it
+//! (the native baseline of its CPU-bound row).
 
 use std::convert::Infallible;
 
@@ -11,10 +13,34 @@ use http_body_util::Full;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
-async fn hello(_req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// The spin-cpu app's deliberately naive recursive Fibonacci.
+fn fib(n: u64) -> u64 {
+    if n < 2 {
+        n
+    } else {
+        fib(n - 1) + fib(n - 2)
+    }
+}
+
+async fn hello(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let n = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("n="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| *n <= 90);
+    let body = match n {
+        Some(n) => {
+            let value = fib(std::hint::black_box(n));
+            Bytes::from(format!("fib({n}) = {value}\n"))
+        }
+        None => Bytes::from_static(b"Hello, Spin!\n"),
+    };
     Ok(Response::builder()
         .header("content-type", "text/plain")
-        .body(Full::new(Bytes::from_static(b"Hello, Spin!\n")))
+        .body(Full::new(body))
         .expect("static response"))
 }
 

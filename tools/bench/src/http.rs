@@ -1,33 +1,94 @@
-//! `shim-bench http` (`make bench-http`): wrk against `spin-serve` running the spin-hello and
-//! spin-cpu (fib(25)) guest apps, beside the native hyper hello server measured in the same
-//! run, at each concurrency of `BENCH_CONNS` (default `1 16 64`). Each point runs
-//! `BENCH_REPS` times (default 3) for `BENCH_DURATION` seconds (default 10); the summary gives
-//! the median requests/s with the spread of the runs, the p50/p99 latency of the median run,
-//! and the ratio to native. Raw wrk output: `target/bench/http-*.txt`; summary:
-//! `target/bench/http-summary.md`.
+//! The request path, side by side (`make bench-http`, and section 2 of `make bench`): one
+//! run serves the same guest component through
+//!
+//! - `native`: the native hyper server (`examples/native-hello`, `/hello` and `?n=25`),
+//! - `wasmtime serve`: the `wasmtime-cli` crate at the wasmtime version of our Cargo.lock
+//!   (installed by `scripts/bench-lib.sh`, path in `WASMTIME_BIN`), run with its defaults,
+//! - `spin-serve`: our Spin runtime as a plain process,
+//! - `shim`: the app in a CRI pod through `io.containerd.spin.v2` (when the caller has
+//!   started one),
+//!
+//! for `hello` (`/hello` of tests/apps/spin-hello) and `cpu` (fib(25) per request,
+//! tests/apps/spin-cpu), at each concurrency of `BENCH_CONNS` (default `1 16 64`), each
+//! point `BENCH_REPS` times (default 3) for `BENCH_DURATION` seconds. On a machine with two
+//! or more CPUs every server (all its threads) is pinned to CPU 0 and wrk (one thread) to
+//! CPU 1, so that load generator and server never share a core. The report gives the median
+//! requests/s with the spread of the runs, p50/p99 of the median run, and ratios to native
+//! and to `wasmtime serve`. It also profiles `spin-serve` under load with `perf record -e
+//! cpu-clock` (the VM has no hardware counters) and lists the top frames.
 
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::{env_num, parse_wrk, wrk_command, Wrk};
+use super::{env_num, parse_wrk, spread, Wrk};
 
-/// How long a server may take to print its listen address (first compile included).
-const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a server may take to answer its first request (first compile included).
+const START_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// A server process, killed (SIGTERM, then SIGKILL) when dropped.
-struct Server {
-    name: &'static str,
-    child: Child,
-    url: String,
+/// The two workloads: a request path, the spin app serving it, and the component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// `/hello` of spin-hello (echoes the Spin request headers).
+    Hello,
+    /// fib(25) per request (spin-cpu).
+    Cpu,
 }
 
-impl Drop for Server {
+impl Work {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Work::Hello => "hello",
+            Work::Cpu => "cpu",
+        }
+    }
+    pub(crate) fn path(self) -> &'static str {
+        match self {
+            Work::Hello => "/hello",
+            Work::Cpu => "/?n=25",
+        }
+    }
+    fn app(self) -> &'static str {
+        match self {
+            Work::Hello => "spin-hello",
+            Work::Cpu => "spin-cpu",
+        }
+    }
+    fn wasm(self) -> &'static str {
+        match self {
+            Work::Hello => "spin_hello.wasm",
+            Work::Cpu => "spin_cpu.wasm",
+        }
+    }
+}
+
+/// One server under test.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Endpoint {
+    /// `native`, `wasmtime serve`, `spin-serve` or `shim`.
+    pub(crate) server: &'static str,
+    pub(crate) work: Work,
+    pub(crate) addr: SocketAddr,
+    /// The serving process (pinned to CPU 0).
+    pub(crate) pid: u32,
+}
+
+/// A server process, killed (SIGTERM, then SIGKILL) when dropped.
+pub(crate) struct Process {
+    child: Child,
+}
+
+impl Process {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Process {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -41,40 +102,64 @@ impl Drop for Server {
     }
 }
 
-/// Starts `cmd`, waits for its `listening on http://ADDR` line and returns it serving `path`.
-fn start(name: &'static str, mut cmd: Command, path: &str, log: &Path) -> Result<Server> {
-    let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(err)
-        .spawn()
-        .with_context(|| format!("starting {name}: {cmd:?}"))?;
-    let stdout = child.stdout.take().context("server stdout")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(addr) = line.split("listening on http://").nth(1) {
-                let _ = tx.send(addr.trim().to_string());
+/// Polls `GET path` until 200 (bounded by `timeout`); fails early if `child` exits.
+pub(crate) fn wait_ok(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+    child: Option<&mut Child>,
+    log: &Path,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut child = child;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match cri_tests::scenario::http_get(addr, path, Duration::from_secs(5)) {
+            Ok((200, _)) => return Ok(()),
+            Ok((code, body)) => last = format!("status {code}: {body}"),
+            Err(e) => last = format!("{e:#}"),
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if let Some(status) = c.try_wait()? {
+                bail!(
+                    "the server exited ({status}) before answering {addr}{path}; its log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
             }
         }
-    });
-    let mut server = Server {
-        name,
-        child,
-        url: String::new(),
-    };
-    match rx.recv_timeout(START_TIMEOUT) {
-        Ok(addr) => server.url = format!("http://{addr}{path}"),
-        Err(_) => bail!(
-            "{name} printed no listen address within {START_TIMEOUT:?}; its log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        ),
+        std::thread::sleep(Duration::from_millis(5));
     }
-    Ok(server)
+    bail!(
+        "{addr}{path} did not answer 200 within {timeout:?}; last: {last}; server log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    )
+}
+
+/// Starts `cmd` (stdout and stderr to `log`) and waits until `addr` answers `path`.
+pub(crate) fn spawn_serving(
+    mut cmd: Command,
+    addr: SocketAddr,
+    path: &str,
+    log: &Path,
+) -> Result<Process> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    // As on a node: no library backtraces captured for every error (RUST_BACKTRACE in a
+    // developer's shell made wasmtime unwind once per request).
+    let child = cmd
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let mut p = Process { child };
+    wait_ok(addr, path, START_TIMEOUT, Some(&mut p.child), log)?;
+    Ok(p)
 }
 
 /// A copy of `tests/apps/<app>` whose manifest points at the built guest apps.
-fn app_dir(work: &Path, app: &str) -> Result<PathBuf> {
+pub(crate) fn app_dir(work: &Path, app: &str) -> Result<PathBuf> {
     let src = integration::workspace_root().join("tests/apps").join(app);
     let manifest = std::fs::read_to_string(src.join("spin.toml"))
         .with_context(|| format!("reading {}/spin.toml", src.display()))?;
@@ -91,9 +176,55 @@ fn app_dir(work: &Path, app: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// One wrk run (`conns` connections, `secs` seconds) against `url`; raw output kept in `raw`.
+/// Whether servers and wrk get a CPU each.
+fn pinning() -> bool {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2
+}
+
+/// Pins every thread of `pid` to CPU 0 (threads created later inherit it).
+pub(crate) fn pin_server(pid: u32) -> Result<()> {
+    if !pinning() {
+        return Ok(());
+    }
+    let out = Command::new("taskset")
+        .args(["-a", "-c", "-p", "0", &pid.to_string()])
+        .output()
+        .context("running taskset (util-linux)")?;
+    ensure!(
+        out.status.success(),
+        "taskset -a -c -p 0 {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// wrk with `conns` connections for `secs` seconds; one thread on CPU 1 when pinning.
+pub(crate) fn wrk_pinned(url: &str, conns: usize, secs: usize) -> Command {
+    let mut c = if pinning() {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1", "wrk", "-t", "1"]);
+        c
+    } else {
+        let mut c = Command::new("wrk");
+        c.args(["-t", &conns.clamp(1, 2).to_string()]);
+        c
+    };
+    c.args([
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{secs}s"),
+        "--timeout",
+        "10s",
+        "--latency",
+        url,
+    ]);
+    c
+}
+
+/// One wrk run against `url`; raw output kept in `raw`.
 fn wrk(url: &str, conns: usize, secs: usize, raw: &Path) -> Result<Wrk> {
-    let out = wrk_command(url, conns, secs)
+    let out = wrk_pinned(url, conns, secs)
         .output()
         .context("running wrk (apt-get install -y wrk)")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -102,9 +233,109 @@ fn wrk(url: &str, conns: usize, secs: usize, raw: &Path) -> Result<Wrk> {
     parse_wrk(&text).with_context(|| format!("wrk against {url}"))
 }
 
-/// Runs the HTTP benchmark and writes its summary.
-pub(crate) fn run() -> Result<()> {
-    let secs = env_num("BENCH_DURATION", 10)?;
+/// The `wasmtime` CLI the bench compares with (`WASMTIME_BIN`, set by bench-lib.sh).
+fn wasmtime_bin() -> Result<PathBuf> {
+    let bin = std::env::var_os("WASMTIME_BIN")
+        .map(PathBuf::from)
+        .context("WASMTIME_BIN is not set: run the bench through make bench-http / make bench")?;
+    ensure!(
+        bin.is_file(),
+        "{} missing: scripts/bench-lib.sh installs wasmtime-cli there",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// The processes of one run: native, `wasmtime serve` and `spin-serve` for both workloads.
+pub(crate) struct LocalServers {
+    pub(crate) endpoints: Vec<Endpoint>,
+    _processes: Vec<Process>,
+    _work: tempfile::TempDir,
+}
+
+/// Starts native, `wasmtime serve` and `spin-serve` for hello and cpu, each on its own
+/// loopback port, pinned.
+pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
+    let bin = integration::shim_bin_dir();
+    let apps = integration::guest_apps_dir();
+    let wasmtime = wasmtime_bin()?;
+    let work = tempfile::tempdir()?;
+    let mut endpoints = Vec::new();
+    let mut processes = Vec::new();
+    let port = || -> Result<SocketAddr> {
+        Ok(([127, 0, 0, 1], cri_tests::scenario::free_loopback_port()?).into())
+    };
+    // One native server answers both workloads.
+    let addr = port()?;
+    let mut native = Command::new(bin.join("examples/native-hello"));
+    native.args(["--listen", &addr.to_string()]);
+    let p = spawn_serving(native, addr, "/hello", &logs.join("native.log"))?;
+    for w in [Work::Hello, Work::Cpu] {
+        endpoints.push(Endpoint {
+            server: "native",
+            work: w,
+            addr,
+            pid: p.pid(),
+        });
+    }
+    processes.push(p);
+    for w in [Work::Hello, Work::Cpu] {
+        let addr = port()?;
+        let mut ws = Command::new(&wasmtime);
+        // Its defaults, plus what the component needs: wasi:cli (environment, stdio) and
+        // the `COMPONENT` variable spin-hello's `hello` component gets from its manifest.
+        ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
+            .args(["--env", "COMPONENT=hello"])
+            .arg(apps.join(w.wasm()));
+        let log = logs.join(format!("wasmtime-serve-{}.log", w.name()));
+        let p = spawn_serving(ws, addr, w.path(), &log)?;
+        endpoints.push(Endpoint {
+            server: "wasmtime serve",
+            work: w,
+            addr,
+            pid: p.pid(),
+        });
+        processes.push(p);
+
+        let addr = port()?;
+        let mut ss = Command::new(bin.join("spin-serve"));
+        ss.arg(app_dir(work.path(), w.app())?)
+            .args(["--listen", &addr.to_string()])
+            .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
+            .env("RUST_LOG", "warn");
+        let log = logs.join(format!("spin-serve-{}.log", w.name()));
+        let p = spawn_serving(ss, addr, w.path(), &log)?;
+        endpoints.push(Endpoint {
+            server: "spin-serve",
+            work: w,
+            addr,
+            pid: p.pid(),
+        });
+        processes.push(p);
+    }
+    for e in &endpoints {
+        pin_server(e.pid)?;
+    }
+    Ok(LocalServers {
+        endpoints,
+        _processes: processes,
+        _work: work,
+    })
+}
+
+/// One row of the comparison: the median run and every run's requests/s.
+struct Row {
+    server: &'static str,
+    work: Work,
+    conns: usize,
+    median: Wrk,
+    all: Vec<f64>,
+}
+
+/// Runs wrk against every endpoint and returns the markdown table (with ratios to native
+/// and to `wasmtime serve`).
+pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
+    let secs = env_num("BENCH_DURATION", 5)?;
     let reps = env_num("BENCH_REPS", 3)?.max(1);
     let conns: Vec<usize> = std::env::var("BENCH_CONNS")
         .unwrap_or_else(|_| "1 16 64".into())
@@ -114,75 +345,342 @@ pub(crate) fn run() -> Result<()> {
                 .with_context(|| format!("BENCH_CONNS entry {c:?}"))
         })
         .collect::<Result<_>>()?;
-    let out = integration::workspace_root().join("target/bench");
-    std::fs::create_dir_all(&out)?;
-    let bin = integration::shim_bin_dir();
-    let work = tempfile::tempdir()?;
-    let serve = |app: &str| -> Result<Command> {
-        let mut c = Command::new(bin.join("spin-serve"));
-        c.arg(app_dir(work.path(), app)?)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
-            .env("RUST_LOG", "warn");
-        Ok(c)
-    };
-    let mut native = Command::new(bin.join("examples/native-hello"));
-    native.args(["--listen", "127.0.0.1:0"]);
-    let log = |n: &str| work.path().join(format!("{n}.log"));
-    let servers = [
-        start("native", native, "/hello", &log("native"))?,
-        start("spin-hello", serve("spin-hello")?, "/hello", &log("hello"))?,
-        start("spin-cpu", serve("spin-cpu")?, "/?n=25", &log("cpu"))?,
-    ];
-    // Rows: (target, conns) -> (median run, rps of every run).
-    let mut rows: Vec<(&str, usize, Wrk, Vec<f64>)> = Vec::new();
-    for s in &servers {
+    let slug = |s: &str| s.replace(' ', "-");
+    let mut rows = Vec::new();
+    for e in endpoints {
+        let url = format!("http://{}{}", e.addr, e.work.path());
         // Warm-up: first instantiations, connection setup; also the 200 sanity check.
         wrk(
-            &s.url,
+            &url,
             4,
             2,
-            &out.join(format!("http-{}-warmup.txt", s.name)),
+            &out.join(format!(
+                "http-{}-{}-warmup.txt",
+                slug(e.server),
+                e.work.name()
+            )),
         )?;
         for &c in &conns {
             let mut runs = Vec::new();
             for r in 1..=reps {
-                let raw = out.join(format!("http-{}-c{c}-r{r}.txt", s.name));
-                let w = wrk(&s.url, c, secs, &raw)?;
-                println!(
-                    "  {} c={c} run {r}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms",
-                    s.name, w.rps, w.p50_ms, w.p99_ms
+                let raw = out.join(format!(
+                    "http-{}-{}-c{c}-r{r}.txt",
+                    slug(e.server),
+                    e.work.name()
+                ));
+                let w = wrk(&url, c, secs, &raw)?;
+                eprintln!(
+                    "  {} {} c={c} run {r}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms",
+                    e.server,
+                    e.work.name(),
+                    w.rps,
+                    w.p50_ms,
+                    w.p99_ms
                 );
                 runs.push(w);
             }
             runs.sort_by(|a, b| a.rps.total_cmp(&b.rps));
             let all = runs.iter().map(|w| w.rps).collect();
-            rows.push((s.name, c, runs[(runs.len() - 1) / 2], all));
+            rows.push(Row {
+                server: e.server,
+                work: e.work,
+                conns: c,
+                median: runs[(runs.len() - 1) / 2],
+                all,
+            });
         }
     }
-    let native_rps = |c: usize| {
+    let find = |server: &str, work: Work, c: usize| {
         rows.iter()
-            .find(|r| r.0 == "native" && r.1 == c)
-            .map_or(f64::NAN, |r| r.2.rps)
+            .find(|r| r.server == server && r.work == work && r.conns == c)
+            .map(|r| r.median)
+    };
+    let ratio = |a: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
     };
     let mut md = format!(
-        "# HTTP benchmark\n\nwrk, {secs} s per run, median of {reps} runs (min-max of the runs); \
-         {} CPUs shared by wrk and the server.\nnative = hyper hello server; spin-hello = \
-         /hello of tests/apps/spin-hello; spin-cpu = fib(25) per request; both through \
-         `spin-serve`.\n\n| target | conns | req/s | runs min-max | p50 ms | p99 ms | req/s vs \
-         native |\n|---|---:|---:|---:|---:|---:|---:|\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        "wrk, {secs} s per run, median of {reps} runs (min-max of the runs); {}.\n\n\
+         | work | server | conns | req/s | runs min-max | p50 ms | p99 ms | vs native | vs wasmtime serve | p99 vs wasmtime serve |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        if pinning() {
+            "every server's threads pinned to CPU 0 (taskset -a), wrk (1 thread) to CPU 1"
+        } else {
+            "one CPU: wrk and the server share it"
+        }
     );
-    for (t, c, w, all) in &rows {
-        let (lo, hi) = (all[0], all[all.len() - 1]);
+    for r in &rows {
+        let (lo, hi) = (r.all[0], r.all[r.all.len() - 1]);
+        let ws = find("wasmtime serve", r.work, r.conns);
         writeln!(
             md,
-            "| {t} | {c} | {:.0} | {lo:.0}-{hi:.0} | {:.3} | {:.3} | {:.3} |",
-            w.rps,
-            w.p50_ms,
-            w.p99_ms,
-            w.rps / native_rps(*c)
+            "| {} | {} | {} | {:.0} | {lo:.0}-{hi:.0} | {:.3} | {:.3} | {} | {} | {} |",
+            r.work.name(),
+            r.server,
+            r.conns,
+            r.median.rps,
+            r.median.p50_ms,
+            r.median.p99_ms,
+            ratio(r.median.rps, find("native", r.work, r.conns).map(|w| w.rps)),
+            ratio(r.median.rps, ws.map(|w| w.rps)),
+            ratio(r.median.p99_ms, ws.map(|w| w.p99_ms)),
         )?;
+    }
+    // The goals of issue 20, read off this run.
+    let get = |s: &str, w: Work, c: usize| find(s, w, c).map(|w| w.rps).unwrap_or(f64::NAN);
+    let (ss, ws, sh) = (
+        get("spin-serve", Work::Hello, 16),
+        get("wasmtime serve", Work::Hello, 16),
+        get("shim", Work::Hello, 16),
+    );
+    if !ss.is_nan() && !ws.is_nan() {
+        writeln!(
+            md,
+            "\nHello at c=16: spin-serve / wasmtime serve = {:.2}; shim / spin-serve = {}; \
+             p99 spin-serve {:.3} ms vs wasmtime serve {:.3} ms. fib(25) at c=16: spin-serve / \
+             native = {:.2}, shim / native = {}.",
+            ss / ws,
+            if sh.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", sh / ss)
+            },
+            find("spin-serve", Work::Hello, 16).map_or(f64::NAN, |w| w.p99_ms),
+            find("wasmtime serve", Work::Hello, 16).map_or(f64::NAN, |w| w.p99_ms),
+            get("spin-serve", Work::Cpu, 16) / get("native", Work::Cpu, 16),
+            {
+                let s = get("shim", Work::Cpu, 16) / get("native", Work::Cpu, 16);
+                if s.is_nan() {
+                    "-".to_string()
+                } else {
+                    format!("{s:.2}")
+                }
+            }
+        )?;
+    }
+    Ok(md)
+}
+
+/// Samples `pid` with `perf record -e cpu-clock` while wrk loads `url` at `conns`, and
+/// returns the top frames (self time) as an indented block.
+pub(crate) fn profile(
+    pid: u32,
+    url: &str,
+    conns: usize,
+    secs: usize,
+    out: &Path,
+) -> Result<String> {
+    let data = out.join("perf-spin-serve.data");
+    let perf = Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-F", "2000", "-g", "-o"])
+        .arg(&data)
+        .args(["-p", &pid.to_string(), "--", "sleep", &secs.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running perf (apt-get install -y linux-perf)")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let load = wrk_pinned(url, conns, secs.saturating_sub(1).max(1)).output()?;
+    ensure!(load.status.success(), "wrk under perf: {load:?}");
+    let rec = perf.wait_with_output()?;
+    ensure!(
+        rec.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let report = |extra: &[&str]| -> Result<String> {
+        let o = Command::new("perf")
+            .args(["report", "--stdio", "-i"])
+            .arg(&data)
+            .args(["--no-children", "--percent-limit", "1"])
+            .args(extra)
+            .output()?;
+        ensure!(
+            o.status.success(),
+            "perf report: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let flat = report(&["-g", "none", "--sort", "dso,symbol"])?;
+    std::fs::write(out.join("perf-spin-serve.txt"), &flat)?;
+    let by_object = report(&["-g", "none", "--sort", "dso"])?;
+    let mut md = String::from("By object (`[JIT]` or the `.cwasm` file is the guest's compiled code, `[kernel.kallsyms]` mostly loopback TCP):\n\n");
+    for line in by_object
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .take(8)
+    {
+        writeln!(
+            md,
+            "    {}",
+            line.split_whitespace().collect::<Vec<_>>().join("  ")
+        )?;
+    }
+    md.push_str("\nTop frames:\n\n");
+    // perf pads its columns to the terminal width and appends the empty `-  -` of the
+    // sort keys it was not given: keep the figures and names only.
+    for line in flat
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .take(25)
+    {
+        let words: Vec<&str> = line.split_whitespace().filter(|w| *w != "-").collect();
+        writeln!(md, "    {}", words.join("  "))?;
+    }
+    Ok(md)
+}
+
+/// First start of an SDK app through `spin-serve`: process start to its first 200.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StartRow {
+    pub(crate) cold: super::Spread,
+    pub(crate) warm: super::Spread,
+    /// Peak RSS (VmHWM) of a cold start, MiB (median).
+    pub(crate) cold_peak_mib: f64,
+    pub(crate) warm_peak_mib: f64,
+}
+
+/// VmHWM of `pid` in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |k| k / 1024.0)
+}
+
+/// Cold (empty compile cache each time) and warm starts of `app` through spin-serve.
+pub(crate) fn first_start(
+    app: &integration::sdk_apps::SdkApp,
+    cold_runs: usize,
+    warm_runs: usize,
+    logs: &Path,
+) -> Result<StartRow> {
+    app.require_built()?;
+    let bin = integration::shim_bin_dir().join("spin-serve");
+    let cache = tempfile::tempdir()?;
+    let route = app.routes[0].0;
+    let once = |cold: bool, i: usize| -> Result<(f64, f64)> {
+        if cold {
+            super::empty_dir(cache.path())?;
+        }
+        let addr: SocketAddr = ([127, 0, 0, 1], cri_tests::scenario::free_loopback_port()?).into();
+        let log = logs.join(format!(
+            "start-{}-{}-{i}.log",
+            app.dir,
+            if cold { "cold" } else { "warm" }
+        ));
+        let mut cmd = Command::new(&bin);
+        cmd.arg(app.path())
+            .args(["--listen", &addr.to_string()])
+            .env("SPIN_SHIM_COMPILE_CACHE_DIR", cache.path())
+            .env("RUST_LOG", "warn");
+        let t0 = Instant::now();
+        let p = spawn_serving(cmd, addr, route, &log)?;
+        let took = t0.elapsed().as_secs_f64() * 1000.0;
+        let peak = peak_mib(p.pid());
+        drop(p);
+        Ok((took, peak))
+    };
+    let mut cold = Vec::new();
+    let mut cold_peak = Vec::new();
+    for i in 0..cold_runs {
+        let (t, p) = once(true, i)?;
+        cold.push(t);
+        cold_peak.push(p);
+    }
+    // The last cold start filled the cache.
+    let mut warm = Vec::new();
+    let mut warm_peak = Vec::new();
+    for i in 0..warm_runs {
+        let (t, p) = once(false, i)?;
+        warm.push(t);
+        warm_peak.push(p);
+    }
+    Ok(StartRow {
+        cold: spread(&cold),
+        warm: spread(&warm),
+        cold_peak_mib: spread(&cold_peak).median,
+        warm_peak_mib: spread(&warm_peak).median,
+    })
+}
+
+/// The SDK apps whose first start the report lists: one Rust, one JavaScript, one Python.
+pub(crate) fn start_apps() -> Vec<integration::sdk_apps::SdkApp> {
+    ["sdk5-http-p2", "sdk5-http", "js-sdk-hello", "py-spin-hello"]
+        .iter()
+        .filter_map(|d| {
+            integration::sdk_apps::SDK_APPS
+                .iter()
+                .find(|a| a.dir == *d)
+                .copied()
+        })
+        .collect()
+}
+
+/// The first-start table of [`start_apps`].
+pub(crate) fn first_start_table(logs: &Path) -> Result<String> {
+    let cold_runs = env_num("BENCH_START_COLD", 3)?.max(1);
+    let warm_runs = env_num("BENCH_START_WARM", 5)?.max(1);
+    let mut md = format!(
+        "spin-serve started with the app directory, time from process start to the first \
+         200 of its first route; cold = empty compile cache (compile, and for a wasip1 module \
+         componentize, then store), median of {cold_runs}; warm = cache filled by the cold \
+         runs, median of {warm_runs}; peak = VmHWM of the serving process.\n\n\
+         | language | SDK | target | wasm MB | cold ms (min-max) | cold peak MiB | warm ms (min-max) | warm peak MiB |\n\
+         |---|---|---|---:|---:|---:|---:|---:|\n"
+    );
+    for app in start_apps() {
+        let size = std::fs::metadata(
+            integration::workspace_root()
+                .join("tests/apps/target")
+                .join(app.wasm),
+        )
+        .map_or(0.0, |m| m.len() as f64 / 1e6);
+        let r = first_start(&app, cold_runs, warm_runs, logs)
+            .with_context(|| format!("first start of {}", app.dir))?;
+        eprintln!(
+            "  first start {}: cold {:.0} ms, warm {:.0} ms",
+            app.dir, r.cold.median, r.warm.median
+        );
+        writeln!(
+            md,
+            "| {} | {size:.1} | {:.0} ({:.0}-{:.0}) | {:.0} | {:.1} ({:.1}-{:.1}) | {:.0} |",
+            app.label(),
+            r.cold.median,
+            r.cold.min,
+            r.cold.max,
+            r.cold_peak_mib,
+            r.warm.median,
+            r.warm.min,
+            r.warm.max,
+            r.warm_peak_mib
+        )?;
+    }
+    Ok(md)
+}
+
+/// `shim-bench http` without containers: native, `wasmtime serve` and `spin-serve` only
+/// (a quick loop while working on the request path); summary in
+/// `target/bench/http-summary.md`.
+pub(crate) fn run_local() -> Result<()> {
+    let out = integration::workspace_root().join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    let logs = tempfile::tempdir()?;
+    let servers = start_local(logs.path())?;
+    let mut md = String::from("# HTTP benchmark (processes only)\n\n");
+    md.push_str(&compare(&servers.endpoints, &out)?);
+    if std::env::var("BENCH_PROFILE").as_deref() != Ok("0") {
+        let e = servers
+            .endpoints
+            .iter()
+            .find(|e| e.server == "spin-serve" && e.work == Work::Hello)
+            .context("spin-serve hello endpoint")?;
+        let url = format!("http://{}{}", e.addr, e.work.path());
+        md.push_str("\nProfile of spin-serve, hello at c=16 (perf, cpu-clock, self time):\n\n");
+        md.push_str(&profile(e.pid, &url, 16, 6, &out)?);
     }
     let summary = out.join("http-summary.md");
     std::fs::write(&summary, &md)?;

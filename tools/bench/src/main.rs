@@ -1,20 +1,25 @@
-//! `shim-bench [all|start|http]` (root for `all` and `start`): benchmarks of `io.containerd.spin.v2` through CRI on a
-//! private containerd 1.6 (host cgroup v1 layout, kubelet systemd-style Burstable pods,
-//! host network), each row beside a native hyper hello server in a native image under
-//! `runc`, measured in the same run.
+//! `shim-bench [all|start|http|http-local]` (root but for `http-local`): benchmarks of
+//! `io.containerd.spin.v2` through CRI on a private containerd 1.6 (host cgroup v1 layout,
+//! kubelet systemd-style Burstable pods, host network), each row beside a baseline measured
+//! in the same run.
 //!
 //! `start`: cold start only (RunPodSandbox + CreateContainer + StartContainer -> first
-//! HTTP 200). `all`: cold start, HTTP (wrk), memory (PSS/RSS), density, stats latency.
-//! Raw samples go to `target/bench/`, the report to `docs/benchmarks.md` (`all`) or
-//! `target/bench/start.md` (`start`).
-//!
-//! `http`: requests per second of `spin-serve` beside the native server, no containers
-//! (see [`http`]).
+//! HTTP 200), beside a native hyper hello server in a native image under `runc`.
+//! `http`: the request path side by side ([`http`]): native hyper, `wasmtime serve`,
+//! `spin-serve` and the app in a CRI pod through the shim, with a profile of spin-serve.
+//! `http-local`: the same without containerd (native, `wasmtime serve`, `spin-serve`).
+//! `all`: cold start, first start of JS/Python/Rust SDK apps, the HTTP comparison and its
+//! profile, memory (PSS/RSS), density, stats latency.
+//! Raw samples go to `target/bench/`, the report to `docs/benchmarks.md` (`all`),
+//! `target/bench/start.md` (`start`), `target/bench/http.md` (`http`) or
+//! `target/bench/http-summary.md` (`http-local`).
 //!
 //! Knobs: `BENCH_RUNS` (cold starts per row, default 5), `BENCH_DURATION` (wrk seconds per
-//! point, default 5), `BENCH_DENSITY` (pods, default 50), `BENCH_STATS` (ContainerStats
-//! calls, default 200). Needs `cargo build --release -p containerd-shim-spin-v2`,
-//! `cargo build --release -p spin-runtime --example native-hello`, `make apps`, `wrk`.
+//! point, default 5), `BENCH_REPS` (wrk runs per HTTP point, default 3), `BENCH_CONNS`
+//! (default `1 16 64`), `BENCH_START_COLD` / `BENCH_START_WARM` (first starts per SDK app,
+//! 3 / 5), `BENCH_DENSITY` (pods, default 50), `BENCH_STATS` (ContainerStats calls, default
+//! 200). Run through `scripts/bench*.sh`, which build what is needed and install
+//! `wasmtime-cli` (`WASMTIME_BIN`).
 
 mod http;
 
@@ -273,23 +278,6 @@ fn parse_wrk(out: &str) -> Result<Wrk> {
     Ok(w)
 }
 
-fn wrk_command(url: &str, conns: usize, secs: usize) -> Command {
-    let mut c = Command::new("wrk");
-    c.args([
-        "-t",
-        &conns.clamp(1, 2).to_string(),
-        "-c",
-        &conns.to_string(),
-        "-d",
-        &format!("{secs}s"),
-        "--timeout",
-        "10s",
-        "--latency",
-        url,
-    ]);
-    c
-}
-
 struct Bench {
     out: PathBuf,
     logs: PathBuf,
@@ -438,85 +426,137 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
     Ok(())
 }
 
-async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize) -> Result<()> {
+/// Section 3 (the request path side by side, [`http`]) and section 4 (memory): hello and
+/// cpu in Spin pods, the native server in a runc pod (memory baseline), and the local
+/// servers of [`http::start_local`].
+async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize, profile: bool) -> Result<()> {
+    let running = start_all(cri, &[HELLO, CPU, NATIVE], &b.logs).await?;
+    let result = async {
+        measure_http(b, &running, profile).await?;
+        measure_memory(b, &running, secs).await
+    }
+    .await;
+    stop_all(cri, running).await?;
+    result
+}
+
+/// `shim-bench http`: the Spin pods of section 3 and the local servers, no memory.
+async fn http_only(b: &mut Bench, cri: &mut Cri) -> Result<()> {
+    let running = start_all(cri, &[HELLO, CPU], &b.logs).await?;
+    let result = measure_http(b, &running, true).await;
+    stop_all(cri, running).await?;
+    result
+}
+
+/// Starts each of `targets` in its own pod; on a failure, removes those already started.
+async fn start_all(
+    cri: &mut Cri,
+    targets: &[Target],
+    logs: &Path,
+) -> Result<Vec<(Target, Running)>> {
     let mut running = Vec::new();
-    for t in [HELLO, CPU, NATIVE] {
-        match start(cri, t, &format!("http-{}", t.name), &b.logs).await {
-            Ok(r) => running.push((t, r)),
+    for t in targets {
+        match start(cri, *t, &format!("http-{}", t.name), logs).await {
+            Ok(r) => running.push((*t, r)),
             Err(e) => {
-                for (_, r) in running {
-                    let _ = stop(cri, r).await;
-                }
+                let _ = stop_all(cri, running).await;
                 return Err(e);
             }
         }
     }
-    let result = measure_http(b, &running, secs).await;
+    Ok(running)
+}
+
+/// Removes the pods [`start_all`] started.
+async fn stop_all(cri: &mut Cri, running: Vec<(Target, Running)>) -> Result<()> {
     for (_, r) in running {
         stop(cri, r).await?;
     }
-    result
+    Ok(())
 }
 
-async fn measure_http(b: &mut Bench, running: &[(Target, Running)], secs: usize) -> Result<()> {
-    let conns = [1usize, 16, 64];
-    let mut table: Vec<(Target, Vec<Wrk>)> = Vec::new();
+async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: bool) -> Result<()> {
+    let logs = b.logs.clone();
+    let local = tokio::task::spawn_blocking(move || http::start_local(&logs)).await??;
+    let mut endpoints = Vec::new();
+    for (t, r) in running.iter().filter(|(t, _)| t.handler == "spin") {
+        http::pin_server(r.pid)?;
+        endpoints.push(http::Endpoint {
+            server: "shim",
+            work: if t.name == CPU.name {
+                http::Work::Cpu
+            } else {
+                http::Work::Hello
+            },
+            addr: r.addr,
+            pid: r.pid,
+        });
+    }
+    let order = ["native", "wasmtime serve", "spin-serve", "shim"];
+    let mut owned: Vec<http::Endpoint> =
+        local.endpoints.iter().chain(&endpoints).copied().collect();
+    owned.sort_by_key(|e| {
+        (
+            e.work.name(),
+            order
+                .iter()
+                .position(|o| *o == e.server)
+                .unwrap_or(order.len()),
+        )
+    });
+    let out = b.out.clone();
+    let (table, owned) =
+        tokio::task::spawn_blocking(move || http::compare(&owned, &out).map(|t| (t, owned)))
+            .await??;
+    writeln!(
+        b.report,
+        "\n## 3. HTTP: the request path side by side\n\n\
+         The same component (tests/apps/spin-hello `/hello`, tests/apps/spin-cpu fib(25)) served \
+         by the native hyper server (`examples/native-hello`, the same fib for `cpu`), \
+         `wasmtime serve` ({}, its defaults plus `-S cli`), `spin-serve` (our runtime as a \
+         process) and the shim (a CRI pod as in section 1, Burstable, host network). {table}",
+        std::env::var("WASMTIME_VERSION")
+            .map(|v| format!("wasmtime-cli {v}, the wasmtime version of our Cargo.lock"))
+            .unwrap_or_else(|_| "wasmtime-cli".into())
+    )?;
+    if profile {
+        let (pid, url) = owned
+            .iter()
+            .find(|e| e.server == "spin-serve" && e.work == http::Work::Hello)
+            .map(|e| (e.pid, format!("http://{}{}", e.addr, e.work.path())))
+            .context("spin-serve hello endpoint")?;
+        let out = b.out.clone();
+        let top =
+            tokio::task::spawn_blocking(move || http::profile(pid, &url, 16, 6, &out)).await??;
+        writeln!(
+            b.report,
+            "\n### Profile: spin-serve, hello at c=16\n\n`perf record -e cpu-clock -F 2000 -g` of \
+             the spin-serve process for 6 s under wrk (the VM has no hardware counters); \
+             `perf report --no-children --sort dso,symbol`, frames with at least 1% of the \
+             samples (full report: `target/bench/perf-spin-serve.txt`):\n\n{top}"
+        )?;
+    }
+    drop(local);
+    Ok(())
+}
+
+async fn measure_memory(b: &mut Bench, running: &[(Target, Running)], secs: usize) -> Result<()> {
     let mut mem: Vec<(Target, [u64; 4], [u64; 4])> = Vec::new();
     for (t, r) in running {
         let idle = pod_memory(r)?;
         let url = format!("http://{}{}", r.addr, t.path);
-        let mut rows = Vec::new();
-        let mut loaded = [0u64; 4];
-        for &c in &conns {
-            let child = wrk_command(&url, c, secs)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .context("starting wrk (apt-get install -y wrk)")?;
-            if c == 16 {
-                tokio::time::sleep(Duration::from_secs_f64(secs as f64 / 2.0)).await;
-                loaded = pod_memory(r)?;
-            }
-            let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            std::fs::write(b.out.join(format!("wrk-{}-c{c}.txt", t.name)), &text)?;
-            let w = parse_wrk(&text).with_context(|| format!("{} at concurrency {c}", t.name))?;
-            b.sample(format!(
-                "http {} c{c} rps {:.0} p50_ms {:.3} p99_ms {:.3}",
-                t.name, w.rps, w.p50_ms, w.p99_ms
-            ));
-            rows.push(w);
-        }
+        let child = http::wrk_pinned(&url, 16, secs)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("starting wrk (apt-get install -y wrk)")?;
+        tokio::time::sleep(Duration::from_secs_f64(secs as f64 / 2.0)).await;
+        let loaded = pod_memory(r)?;
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+        parse_wrk(&String::from_utf8_lossy(&out.stdout))
+            .with_context(|| format!("{} under load for the memory sample", t.name))?;
         b.sample(format!("memory {} idle_kib {idle:?} load_kib {loaded:?} (shim pss, shim rss, container pss, container rss)", t.name));
         mem.push((*t, idle, loaded));
-        table.push((*t, rows));
-    }
-    let native = table
-        .iter()
-        .find(|(t, _)| t.handler == "runc")
-        .map(|(_, w)| w.clone())
-        .context("native row missing")?;
-    writeln!(
-        b.report,
-        "\n## 2. HTTP (wrk, {secs} s per point, CRI pod, host network, loopback)\n\n\
-         Ratios compare with native-hello (`/hello`) at the same concurrency; for spin-cpu \
-         (fib(25) per request) the ratio mostly shows the work per request.\n\n\
-         | server | conc | req/s | p50 ms | p99 ms | ratio req/s ours/native | ratio p99 |\n|---|---|---|---|---|---|---|"
-    )?;
-    for (t, rows) in &table {
-        for (i, w) in rows.iter().enumerate() {
-            writeln!(
-                b.report,
-                "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {} |",
-                t.name,
-                conns[i],
-                w.rps,
-                w.p50_ms,
-                w.p99_ms,
-                ratio(w.rps, native[i].rps),
-                ratio(w.p99_ms, native[i].p99_ms)
-            )?;
-        }
     }
     let nat = mem
         .iter()
@@ -525,10 +565,11 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], secs: usize)
         .context("native memory missing")?;
     writeln!(
         b.report,
-        "\n## 3. Memory per running pod (KiB, /proc/PID/smaps_rollup)\n\n\
+        "\n## 4. Memory per running pod (KiB, /proc/PID/smaps_rollup)\n\n\
          Shim = the pod's containerd shim process; container = the container's process \
-         (for Spin: the youki-started process running wasmtime). Under load = wrk -c 16, sampled \
-         mid-run. The pause process is not counted.\n\n\
+         (for Spin: the youki-started process running wasmtime). The same pods as section 3, \
+         after its load: idle = quiet after it (what a serving pod keeps), load = wrk -c 16, \
+         sampled mid-run. The pause process is not counted.\n\n\
          | server | state | shim PSS | shim RSS | container PSS | container RSS | total PSS | ratio total PSS ours/native |\n|---|---|---|---|---|---|---|---|"
     )?;
     for (t, idle, load) in &mem {
@@ -582,7 +623,7 @@ async fn stats_latency(b: &mut Bench, cri: &mut Cri, calls: usize) -> Result<()>
     }
     writeln!(
         b.report,
-        "\n## 5. Stats latency (CRI ContainerStats: containerd -> shim Task.Stats -> cgroup read), {calls} calls\n\n\
+        "\n## 6. Stats latency (CRI ContainerStats: containerd -> shim Task.Stats -> cgroup read), {calls} calls\n\n\
          | server | median ms | p99 ms | max ms | ratio median ours/native |\n|---|---|---|---|---|"
     )?;
     let base = rows[1].1.median;
@@ -678,7 +719,7 @@ async fn density(b: &mut Bench, cri: &Cri, n: usize) -> Result<()> {
     }
     writeln!(
         b.report,
-        "\n## 4. Density: {n} hello pods started concurrently (each its own loopback port)\n\n\
+        "\n## 5. Density: {n} hello pods started concurrently (each its own loopback port)\n\n\
          Wall = first RunPodSandbox -> every pod answered 200. Memory = PSS of shims, containers \
          and pause processes summed.\n\n\
          | server | pods | wall s | answering | errors | total PSS MiB | PSS/pod MiB | ratio wall | ratio PSS |\n|---|---|---|---|---|---|---|---|---|"
@@ -756,21 +797,33 @@ async fn run(mode: &str) -> Result<()> {
              (handler `spin`), baseline = the native Rust hyper hello server \
              (`crates/spin-runtime/examples/native-hello.rs`) in a native image under `runc`, same \
              pods, same run.\n- medians with min/max (or p99); ratio = ours / native.\n",
-            if mode == "start" {
-                "scripts/bench-start.sh"
-            } else {
-                "scripts/bench.sh"
+            match mode {
+                "start" => "scripts/bench-start.sh",
+                "http" => "scripts/bench-http.sh",
+                _ => "scripts/bench.sh",
             },
             machine()
         ),
     };
     let t0 = Instant::now();
     let result = async {
-        cold_start(&mut b, &mut cri, runs).await?;
+        if mode != "http" {
+            cold_start(&mut b, &mut cri, runs).await?;
+        }
         if mode == "all" {
-            http_and_memory(&mut b, &mut cri, secs).await?;
+            let logs = b.logs.clone();
+            let table =
+                tokio::task::spawn_blocking(move || http::first_start_table(&logs)).await??;
+            writeln!(
+                b.report,
+                "\n## 2. First start of SDK apps (Rust, JavaScript, Python)\n\n{table}"
+            )?;
+            http_and_memory(&mut b, &mut cri, secs, true).await?;
             density(&mut b, &cri, pods).await?;
             stats_latency(&mut b, &mut cri, calls).await?;
+        }
+        if mode == "http" {
+            http_only(&mut b, &mut cri).await?;
         }
         Ok::<_, anyhow::Error>(())
     }
@@ -785,10 +838,10 @@ async fn run(mode: &str) -> Result<()> {
         "\n## Notes\n\n- Run time: {:.0} s (excluding the build).",
         t0.elapsed().as_secs_f64()
     )?;
-    let report_path = if mode == "all" {
-        root.join("docs/benchmarks.md")
-    } else {
-        out.join("start.md")
+    let report_path = match mode {
+        "all" => root.join("docs/benchmarks.md"),
+        "http" => out.join("http.md"),
+        _ => out.join("start.md"),
     };
     std::fs::write(&report_path, &b.report)?;
     println!("{}", b.report);
@@ -798,12 +851,12 @@ async fn run(mode: &str) -> Result<()> {
 
 fn main() -> Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());
-    if mode == "http" {
-        return http::run();
+    if mode == "http-local" {
+        return http::run_local();
     }
     ensure!(
-        mode == "all" || mode == "start",
-        "unknown mode {mode:?}; usage: shim-bench [all|start|http]"
+        matches!(mode.as_str(), "all" | "start" | "http"),
+        "unknown mode {mode:?}; usage: shim-bench [all|start|http|http-local]"
     );
     ensure!(
         nix_is_root(),
@@ -813,6 +866,8 @@ fn main() -> Result<()> {
     // cache of the bench's own (set before any thread exists), emptied and primed by the
     // cold-start phase.
     std::env::set_var("SPIN_SHIM_COMPILE_CACHE_DIR", compile_cache_dir());
+    // Servers run as on a node, without RUST_BACKTRACE from a developer's shell.
+    std::env::remove_var("RUST_BACKTRACE");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
