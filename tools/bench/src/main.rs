@@ -805,6 +805,7 @@ async fn run(mode: &str) -> Result<()> {
             machine()
         ),
     };
+    let parents_before = kubelet_parents();
     let t0 = Instant::now();
     let result = async {
         if mode != "http" {
@@ -828,6 +829,7 @@ async fn run(mode: &str) -> Result<()> {
         Ok::<_, anyhow::Error>(())
     }
     .await;
+    remove_created_parents(&parents_before);
     std::fs::write(out.join(format!("samples-{mode}.txt")), &b.raw)?;
     if let Err(e) = result {
         eprintln!("containerd log tail:\n{}", node.log_tail());
@@ -873,6 +875,38 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(run(&mode))
+}
+
+/// The kubelet parent levels of the bench's pods (`kubepods.slice` and its QoS slices) in
+/// every host hierarchy, deepest first, that exist now.
+fn kubelet_parents() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for h in integration::cgroups::host_hierarchies() {
+        for rel in [
+            "kubepods.slice/kubepods-burstable.slice",
+            "kubepods.slice/kubepods-besteffort.slice",
+            "kubepods.slice",
+        ] {
+            let dir = h.join(rel);
+            if dir.is_dir() {
+                out.push(dir);
+            }
+        }
+    }
+    out
+}
+
+/// Removes the kubelet parent levels the run created (those absent from `before`): a
+/// pod's guard leaves a level another pod was still using when it went, so with several
+/// pods at once (sections 3-5) the last one out would otherwise leave them behind.
+fn remove_created_parents(before: &[PathBuf]) {
+    for dir in kubelet_parents() {
+        if !before.contains(&dir) {
+            if let Err(e) = std::fs::remove_dir(&dir) {
+                eprintln!("shim-bench: leaving cgroup {}: {e}", dir.display());
+            }
+        }
+    }
 }
 
 /// The compile cache the bench's shims use.
