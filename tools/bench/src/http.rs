@@ -102,14 +102,19 @@ impl Drop for Process {
     }
 }
 
-/// Polls `GET path` until 200 (bounded by `timeout`); fails early if `child` exits.
+/// Polls `GET path` every 5 ms until 200 (bounded by `timeout`); fails early if `child`
+/// exits, quoting the server's `log` when given.
 pub(crate) fn wait_ok(
     addr: SocketAddr,
     path: &str,
     timeout: Duration,
     child: Option<&mut Child>,
-    log: &Path,
+    log: Option<&Path>,
 ) -> Result<()> {
+    let log_text = || {
+        log.and_then(|l| std::fs::read_to_string(l).ok())
+            .unwrap_or_default()
+    };
     let deadline = Instant::now() + timeout;
     let mut child = child;
     let mut last = String::new();
@@ -123,7 +128,7 @@ pub(crate) fn wait_ok(
             if let Some(status) = c.try_wait()? {
                 bail!(
                     "the server exited ({status}) before answering {addr}{path}; its log:\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
+                    log_text()
                 );
             }
         }
@@ -131,7 +136,7 @@ pub(crate) fn wait_ok(
     }
     bail!(
         "{addr}{path} did not answer 200 within {timeout:?}; last: {last}; server log:\n{}",
-        std::fs::read_to_string(log).unwrap_or_default()
+        log_text()
     )
 }
 
@@ -154,7 +159,7 @@ pub(crate) fn spawn_serving(
         .spawn()
         .with_context(|| format!("starting {cmd:?}"))?;
     let mut p = Process { child };
-    wait_ok(addr, path, START_TIMEOUT, Some(&mut p.child), log)?;
+    wait_ok(addr, path, START_TIMEOUT, Some(&mut p.child), Some(log))?;
     Ok(p)
 }
 

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use cri_tests::cgroups::Layout;
 use cri_tests::cri::{ContainerSpec, Cri};
 use cri_tests::kubelet::{CgroupDriver, QosClass};
@@ -111,24 +111,10 @@ fn env_num(name: &str, default: usize) -> Result<usize> {
     }
 }
 
-/// Polls `GET path` every 5 ms until 200 (bounded).
+/// Polls `GET path` every 5 ms until 200 (bounded), off the async workers.
 async fn first_ok(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        let p = path.to_string();
-        match tokio::task::spawn_blocking(move || {
-            scenario::http_get(addr, &p, Duration::from_secs(2))
-        })
-        .await?
-        {
-            Ok((200, _)) => return Ok(()),
-            Ok((code, body)) => last = format!("status {code}: {body}"),
-            Err(e) => last = format!("{e:#}"),
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    bail!("{addr}{path} did not answer 200 within {timeout:?}; last: {last}")
+    let path = path.to_string();
+    tokio::task::spawn_blocking(move || http::wait_ok(addr, &path, timeout, None, None)).await?
 }
 
 /// Starts `t` in a fresh pod and waits for its first 200.
