@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the guest Wasm apps under tests/apps for wasm32-wasip2 (and wasip1 core modules
-# where a test needs one: wasi-*-p1, and the SDK proof apps sdk3-http (spin-sdk 3.x, wasip1
-# only) and sdk5-http (spin-sdk 5.x, wasip1 and wasip2)). sdk6-http (spin-sdk 6.x, Spin 4) is
+# where a test needs one: wasi-*-p1, and the SDK proof apps sdk2-http (spin-sdk 2.x: imports
+# the WASI 0.2.0-rc-2023-10-18 packages) and sdk3-http (spin-sdk 3.x), both wasip1 only, and
+# sdk5-http (spin-sdk 5.x, wasip1 and wasip2)). sdk6-http (spin-sdk 6.x, Spin 4) is
 # built for wasm32-wasip2 and exports the WASIp3 handler (wasi:http/handler@0.3.0-rc-2026-03-15).
 # Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
@@ -11,8 +12,8 @@ cd "$scripts/../tests/apps"
 # The guest workspace has its own target dir even when CARGO_TARGET_DIR points elsewhere.
 export CARGO_TARGET_DIR="$PWD/target"
 echo "apps: building guest apps for wasm32-wasip2"
-cargo build --release --target wasm32-wasip2 --workspace --exclude sdk3-http --quiet
-cargo build --release --target wasm32-wasip1 -p sdk3-http -p sdk5-http --quiet
+cargo build --release --target wasm32-wasip2 --workspace --exclude sdk2-http --exclude sdk3-http --quiet
+cargo build --release --target wasm32-wasip1 -p sdk2-http -p sdk3-http -p sdk5-http --quiet
 if compgen -G "wasi-*-p1" >/dev/null; then
     for d in wasi-*-p1; do
         cargo build --release --target wasm32-wasip1 -p "$d" --quiet

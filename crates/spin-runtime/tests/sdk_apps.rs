@@ -1,11 +1,12 @@
-//! Apps written against published Spin SDKs, served by `spin-serve`: spin-sdk 3.x and 5.x
-//! built for wasm32-wasip1 (core modules, componentized at load with the preview1 adapter and
-//! cached keyed by the module), 5.x for wasm32-wasip2, and 6.x (Spin 4: a WASIp3 component
-//! exporting only `wasi:http/handler@0.3.0-rc-2026-03-15`); JavaScript from Spin's http-js
-//! template (@spinframework/build-tools) and from bare componentize-js; Python spin-sdk 3.x
-//! (componentize-py), and Python spin-sdk 4.x refused naming the Spin 4 interfaces not linked
-//! yet. Also: `.env` in the app directory supplies `SPIN_VARIABLE_*` values as `spin up`
-//! does, the environment winning.
+//! Apps written against published Spin SDKs, served by `spin-serve`: spin-sdk 2.x, 3.x and
+//! 5.x built for wasm32-wasip1 (core modules, componentized at load with the preview1 adapter
+//! and cached keyed by the module; 2.x's modules import the WASI 0.2.0-rc-2023-10-18 packages
+//! and export the rc-2023-10-18 `wasi:http/incoming-handler`), 5.x for wasm32-wasip2, and 6.x
+//! (Spin 4: a WASIp3 component exporting only `wasi:http/handler@0.3.0-rc-2026-03-15`);
+//! JavaScript from Spin's http-js template (@spinframework/build-tools) and from bare
+//! componentize-js; Python spin-sdk 3.x (componentize-py), and Python spin-sdk 4.x refused
+//! naming the Spin 4 interfaces not linked yet. Also: `.env` in the app directory supplies
+//! `SPIN_VARIABLE_*` values as `spin up` does, the environment winning.
 //!
 //! Each start's time to listening and the server's RSS are printed (`sdk-apps:` lines) for
 //! the report; they are not asserted.
@@ -71,6 +72,11 @@ fn serve_sdk_app(app: &str, sdk: &str, target: &str) {
     if target == "wasip1" {
         assert!(entries[0].contains("-p1-reactor-"), "{entries:?}");
     }
+}
+
+#[test]
+fn spin_sdk_2_wasip1() {
+    serve_sdk_app("sdk2-http", "2", "wasip1");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-// SDK proof app handler, included by sdk3-http and sdk5-http with `SDK` set to the
+// SDK proof app handler, included by sdk2-http, sdk3-http and sdk5-http with `SDK` set to the
 // spin-sdk major version they build against: `/hello` greets with the `greeting` variable,
 // `/echo/...` returns the path it was given; anything else is 404 from the app.
 use spin_sdk::http::{IntoResponse, Request, Response};

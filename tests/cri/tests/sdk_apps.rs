@@ -1,8 +1,8 @@
-//! Every SDK app of `tests/apps` (Rust spin-sdk 3, 5 wasip1/wasip2, 6 WASIp3; JavaScript via
-//! componentize-js; Python spin-sdk 3 via componentize-py) as a pod through CRI (root only):
-//! containerd 1.7 in the private cgroup v2 namespace with kubelet's systemd driver, the
-//! `spin` handler, a kubelet-style pod cgroup; the container sits inside it, every route
-//! answers exactly, and the teardown leaves nothing. Prints one `sdk-apps(cri):` line per
+//! Every SDK app of `tests/apps` (Rust spin-sdk 2 and 3 wasip1, 5 wasip1/wasip2, 6 WASIp3;
+//! JavaScript via componentize-js; Python spin-sdk 3 via componentize-py) as a pod through
+//! CRI (root only): containerd 1.7 in the private cgroup v2 namespace with kubelet's systemd
+//! driver, the `spin` handler, a kubelet-style pod cgroup; the container sits inside it, every
+//! route answers exactly, and the teardown leaves nothing. Prints one `sdk-apps(cri):` line per
 //! app (time from CreateContainer to the first answer, the app process's RSS).
 //!
 //! Needs what `tests/cri/tests/cri.rs` needs (built shim, `scripts/build-apps.sh`).

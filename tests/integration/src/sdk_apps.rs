@@ -25,6 +25,13 @@ pub struct SdkApp {
     pub routes: &'static [(&'static str, &'static str)],
 }
 
+const RUST_ROUTES_2: &[(&str, &str)] = &[
+    (
+        "/hello",
+        "sdk=2 route=/hello greeting=hello from spin-sdk 2\n",
+    ),
+    ("/echo/a/b", "sdk=2 route=/echo path=/a/b\n"),
+];
 const RUST_ROUTES_3: &[(&str, &str)] = &[
     (
         "/hello",
@@ -72,6 +79,14 @@ pub const SDK_APPS: &[SdkApp] = &[
         target: "wasip1",
         wasm: "wasm32-wasip1/release/sdk3_http.wasm",
         routes: RUST_ROUTES_3,
+    },
+    SdkApp {
+        dir: "sdk2-http",
+        language: "Rust",
+        sdk: "spin-sdk 2.2.0",
+        target: "wasip1",
+        wasm: "wasm32-wasip1/release/sdk2_http.wasm",
+        routes: RUST_ROUTES_2,
     },
     SdkApp {
         dir: "sdk6-http",
