@@ -8,7 +8,9 @@
 //! - `OUT_DIR/wit/`: our world (`wit/host.wit`) and the SDK packages under `deps/`;
 //! - `OUT_DIR/host_bindings.rs`: `host_bindgen!("<OUT_DIR>/wit");`, included by
 //!   `src/host/mod.rs` (`bindgen!` takes its path as a literal, relative to the manifest
-//!   directory unless absolute);
+//!   directory unless absolute); likewise `wasi_rc_bindings.rs` and
+//!   `wasi_rc_http_bindings.rs` for `src/wasi_rc/` (the WASI 0.2.0-rc-2023-10-18 packages
+//!   Spin 2 SDKs import);
 //! - `OUT_DIR/host_interfaces.rs`: the interfaces the world imports, for the error that
 //!   names the nearest provided interface when a component imports an unknown one.
 //!
@@ -98,10 +100,15 @@ fn main() {
     let out_wit = out
         .to_str()
         .unwrap_or_else(|| fail(&format!("OUT_DIR {} is not UTF-8", out.display())));
-    write_if_changed(
-        &out_dir.join("host_bindings.rs"),
-        &format!("host_bindgen!({out_wit:?});\n"),
-    );
+    // `bindgen!` takes its path as a literal: each bindings module defines a macro that
+    // these files call with the absolute path of the WIT laid out above.
+    for (file, mac) in [
+        ("host_bindings.rs", "host_bindgen"),
+        ("wasi_rc_bindings.rs", "wasi_rc_bindgen"),
+        ("wasi_rc_http_bindings.rs", "wasi_rc_http_bindgen"),
+    ] {
+        write_if_changed(&out_dir.join(file), &format!("{mac}!({out_wit:?});\n"));
+    }
 
     let imports = world_imports(&world_text);
     if imports.is_empty() {

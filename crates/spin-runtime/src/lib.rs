@@ -31,6 +31,7 @@ pub mod runtime;
 pub mod server;
 mod state;
 pub mod trigger;
+pub mod wasi_rc;
 
 use std::future::Future;
 use std::path::Path;

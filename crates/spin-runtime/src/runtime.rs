@@ -242,6 +242,8 @@ type Preopens = Vec<(PathBuf, String)>;
 pub(crate) enum HttpPre {
     /// `wasi:http/incoming-handler@0.2.x` (Spin 2 and 3 SDKs).
     P2(ProxyPre<InstanceState>),
+    /// `wasi:http/incoming-handler@0.2.0-rc-2023-10-18` (Spin 2.0's SDKs: spin-sdk 2.x).
+    P2Rc(crate::wasi_rc::http::ProxyPre<InstanceState>),
     /// `wasi:http/handler@0.3.0` (Spin 4 SDKs, retargeted from the
     /// `0.3.0-rc-2026-03-15` snapshot by [`crate::p3`]).
     P3(ServicePre<InstanceState>),
@@ -310,6 +312,7 @@ impl LoadedApp {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         crate::p3::add_to_linker(&mut linker)?;
+        crate::wasi_rc::add_to_linker(&mut linker)?;
         host::add_to_linker(&mut linker)?;
 
         let mut stats = LoadStats::default();
@@ -470,10 +473,18 @@ fn http_pre(instance_pre: &InstancePre<InstanceState>, id: &str) -> anyhow::Resu
         Ok(pre) => return Ok(HttpPre::P2(pre)),
         Err(e) => e,
     };
+    let rc = match crate::wasi_rc::http::ProxyPre::new(instance_pre.clone()) {
+        Ok(pre) => return Ok(HttpPre::P2Rc(pre)),
+        Err(e) => e,
+    };
     match ServicePre::new(instance_pre.clone()) {
         Ok(pre) => Ok(HttpPre::P3(pre)),
         Err(p3) => {
-            bail!("component `{id}`: not a wasi:http handler: as WASIp2: {p2:#}; as WASIp3: {p3:#}")
+            bail!(
+                "component `{id}`: not a wasi:http handler: as WASIp2: {p2:#}; as WASI \
+                 {}: {rc:#}; as WASIp3: {p3:#}",
+                crate::wasi_rc::VERSION
+            )
         }
     }
 }

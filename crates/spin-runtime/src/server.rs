@@ -235,7 +235,8 @@ where
     let pre = match LoadedApp::proxy_pre(component)
         .ok_or_else(|| anyhow!("component `{}` is not an HTTP component", component.id))?
     {
-        HttpPre::P2(pre) => pre.clone(),
+        HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
+        HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
         HttpPre::P3(pre) => return call_component_p3(app, component, pre.clone(), req).await,
     };
     let mut store = app.new_store(component)?;
@@ -256,14 +257,28 @@ where
     let task = spawn_guest(async move {
         let end = {
             let run = async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                if let Some(m) = &metrics {
-                    m.instantiated(&id);
+                match pre {
+                    P2Handler::Current(pre) => {
+                        let proxy = pre.instantiate_async(&mut store).await?;
+                        if let Some(m) = &metrics {
+                            m.instantiated(&id);
+                        }
+                        proxy
+                            .wasi_http_incoming_handler()
+                            .call_handle(&mut store, incoming, out)
+                            .await
+                    }
+                    P2Handler::Rc(pre) => {
+                        let metrics = metrics.clone();
+                        let id = id.clone();
+                        crate::wasi_rc::http::call_handle(&pre, &mut store, incoming, out, || {
+                            if let Some(m) = &metrics {
+                                m.instantiated(&id);
+                            }
+                        })
+                        .await
+                    }
                 }
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, incoming, out)
-                    .await
             };
             within(deadline, run).await
         };
@@ -274,6 +289,12 @@ where
         Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
         Err(_) => no_response(task).await,
     }
+}
+
+/// A WASIp2 HTTP handler: 0.2.x's, or the 0.2.0-rc-2023-10-18 snapshot's (same resources).
+enum P2Handler {
+    Current(wasmtime_wasi_http::p2::bindings::ProxyPre<crate::InstanceState>),
+    Rc(crate::wasi_rc::http::ProxyPre<crate::InstanceState>),
 }
 
 /// Spawns a request's guest task inside the request's span (its host calls are children).

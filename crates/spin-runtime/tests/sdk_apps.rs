@@ -57,6 +57,24 @@ fn serve_sdk_app(app: &str, sdk: &str, target: &str) {
                     "{log}"
                 );
             }
+            if sdk != "6" {
+                // Outbound HTTP through the SDK (a self request), and a destination the
+                // manifest does not allow, refused with the SDK's error.
+                let r = server.get("/outbound/hello");
+                assert_eq!(r.status, 200, "{app} {round} /outbound/hello: {}", r.text());
+                assert_eq!(
+                    r.text(),
+                    format!("sdk={sdk} route=/outbound upstream=200 {hello}")
+                );
+                let r = server.get("/deny");
+                assert_eq!(r.status, 502, "{app} {round} /deny: {}", r.text());
+                assert!(r.text().contains("HttpRequestDenied"), "{}", r.text());
+            }
+            if sdk == "2" {
+                // spin-sdk 2 calls the WASI 0.2.0-rc-2023-10-18 interfaces directly.
+                let r = server.get("/wasi");
+                assert_eq!(r.text(), SDK2_WASI, "{app} {round} /wasi");
+            }
             if sdk == "6" {
                 // The guest keeps writing its body after `handle` returned the response.
                 let r = server.get("/stream");
@@ -73,6 +91,13 @@ fn serve_sdk_app(app: &str, sdk: &str, target: &str) {
         assert!(entries[0].contains("-p1-reactor-"), "{entries:?}");
     }
 }
+
+/// What sdk2-http's `/wasi` answers when every snapshot interface it calls works: clocks,
+/// timezone (UTC), random, environment, a file read through the `files` preopen, and a TCP
+/// socket refused as the runtime refuses every socket.
+const SDK2_WASI: &str = "sdk=2 route=/wasi wall_clock_after_2020=true monotonic=true \
+    utc_offset=0 random_bytes=16 env_vars=0 file_size=56 \
+    file=\"a file read through wasi:filesystem@0.2.0-rc-2023-10-18\" tcp=create:access-denied\n";
 
 #[test]
 fn spin_sdk_2_wasip1() {

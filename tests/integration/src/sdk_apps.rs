@@ -31,6 +31,17 @@ const RUST_ROUTES_2: &[(&str, &str)] = &[
         "sdk=2 route=/hello greeting=hello from spin-sdk 2\n",
     ),
     ("/echo/a/b", "sdk=2 route=/echo path=/a/b\n"),
+    (
+        "/outbound/hello",
+        "sdk=2 route=/outbound upstream=200 sdk=2 route=/hello greeting=hello from spin-sdk 2\n",
+    ),
+    (
+        "/wasi",
+        "sdk=2 route=/wasi wall_clock_after_2020=true monotonic=true utc_offset=0 \
+         random_bytes=16 env_vars=0 file_size=56 \
+         file=\"a file read through wasi:filesystem@0.2.0-rc-2023-10-18\" \
+         tcp=create:access-denied\n",
+    ),
 ];
 const RUST_ROUTES_3: &[(&str, &str)] = &[
     (
@@ -38,6 +49,10 @@ const RUST_ROUTES_3: &[(&str, &str)] = &[
         "sdk=3 route=/hello greeting=hello from spin-sdk 3\n",
     ),
     ("/echo/a/b", "sdk=3 route=/echo path=/a/b\n"),
+    (
+        "/outbound/hello",
+        "sdk=3 route=/outbound upstream=200 sdk=3 route=/hello greeting=hello from spin-sdk 3\n",
+    ),
 ];
 const RUST_ROUTES_5: &[(&str, &str)] = &[
     (
@@ -45,6 +60,10 @@ const RUST_ROUTES_5: &[(&str, &str)] = &[
         "sdk=5 route=/hello greeting=hello from spin-sdk 5\n",
     ),
     ("/echo/a/b", "sdk=5 route=/echo path=/a/b\n"),
+    (
+        "/outbound/hello",
+        "sdk=5 route=/outbound upstream=200 sdk=5 route=/hello greeting=hello from spin-sdk 5\n",
+    ),
 ];
 const RUST_ROUTES_6: &[(&str, &str)] = &[
     (

@@ -466,7 +466,10 @@ const WASI_INTERFACES: &[&str] = &[
 
 /// Whether the runtime links import `name` (`ns:pkg/iface[@version]`).
 fn provides(name: &str) -> bool {
-    if HOST_INTERFACES.contains(&name) || crate::p3::provides(name) {
+    if HOST_INTERFACES.contains(&name)
+        || crate::p3::provides(name)
+        || crate::wasi_rc::provides(name)
+    {
         return true;
     }
     let (path, version) = name.split_once('@').unwrap_or((name, ""));
@@ -553,7 +556,8 @@ pub fn link_error(
             "component `{id}` imports {} that no Spin version provides and this runtime does \
              not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
              3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
-             spin:sqlite@3.0.0, wasi:keyvalue, wasi:config and WASI 0.2; of Spin 4's: WASI \
+             spin:sqlite@3.0.0, wasi:keyvalue, wasi:config, WASI 0.2 and Spin 2.0's WASI \
+             0.2.0-rc-2023-10-18; of Spin 4's: WASI \
              0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot) and spin:variables@3.0.0)",
             if unknown.len() == 1 {
                 "an interface"
