@@ -4,6 +4,8 @@
 # the WASI 0.2.0-rc-2023-10-18 packages) and sdk3-http (spin-sdk 3.x), both wasip1 only, and
 # sdk5-http (spin-sdk 5.x, wasip1 and wasip2)). sdk6-http (spin-sdk 6.x, Spin 4) is
 # built for wasm32-wasip2 and exports the WASIp3 handler (wasi:http/handler@0.3.0-rc-2026-03-15).
+# mw-header and mw-upper are Spin 4 HTTP middleware (world wasi:http/middleware, written with
+# wit-bindgen against the wasip3 crate's WIT), used by mw-app in front of sdk6-http.
 # Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
 scripts="$(cd "$(dirname "$0")" && pwd)"
