@@ -47,6 +47,13 @@ fn source_path(c: &spin_app_format::LockedComponent) -> Result<PathBuf> {
         .with_context(|| format!("component {}: source is not a local file", c.id))
 }
 
+fn dep_path(d: &spin_app_format::locked::LockedComponentDependency, id: &str) -> Result<PathBuf> {
+    d.source
+        .content
+        .file_path()
+        .with_context(|| format!("component {id}: middleware is not a local file"))
+}
+
 /// A Spin OCI artifact of the app in `app_dir`, laid out as `spin registry push` lays it
 /// out (spin-oci's `push_locked_core`): the app locked by the app format crate, then per
 /// component its Wasm layer and its file layers (or one archive layer), identical layers
@@ -69,6 +76,14 @@ pub fn artifact_image(name: &str, app_dir: &Path, layout: FileLayout) -> Result<
         let wasm = read(&source_path(c)?)?;
         c.source.content = ContentRef::for_layer(&wasm);
         push(Blob::new(MEDIA_TYPE_WASM_LAYER, wasm));
+        // Middleware (Spin 4 trigger dependencies): Wasm layers like the sources.
+        for deps in c.trigger_dependencies.values_mut() {
+            for d in deps {
+                let wasm = read(&dep_path(d, &c.id)?)?;
+                d.source.content = ContentRef::for_layer(&wasm);
+                push(Blob::new(MEDIA_TYPE_WASM_LAYER, wasm));
+            }
+        }
         let files = local.files(&c.id);
         let mut entries = Vec::new();
         for f in files {
@@ -158,7 +173,34 @@ pub fn container_image(name: &str, app_dir: &Path, env: &[String]) -> Result<Ima
     let text = std::fs::read_to_string(app_dir.join("spin.toml"))?;
     let mut manifest: toml::Table = toml::from_str(&text)?;
     let mut tree = TarTree::new();
+    let component_sources: Vec<PathBuf> = local
+        .locked
+        .components
+        .iter()
+        .filter_map(|c| c.source.content.file_path())
+        .collect();
     for c in &local.locked.components {
+        // Middleware given as `{ path = .. }` keeps its manifest-relative path; given as
+        // `{ component = .. }` it is that component's (rewritten) source.
+        for d in c.trigger_dependencies.values().flatten() {
+            let host = dep_path(d, &c.id)?;
+            if component_sources.contains(&host) {
+                continue;
+            }
+            let rel = rel_to(&local.base_dir, &host)?;
+            if !tree.contains(&rel) {
+                tree.add_host_file(&host, &rel)?;
+            }
+        }
+        let declared = manifest
+            .get("component")
+            .and_then(|t| t.get(&c.id))
+            .is_some();
+        if !declared && !c.trigger_dependencies.is_empty() {
+            // A clone the lock made for a trigger with its own middleware: the manifest
+            // does not list it, its declared original carries the source.
+            continue;
+        }
         let source = source_path(c)?;
         let data = read(&source)?;
         let stem = source

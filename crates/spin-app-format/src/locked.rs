@@ -174,6 +174,98 @@ impl LockedApp {
         self.components.iter().find(|c| c.id == id)
     }
 
+    /// Spin's `reassign_trigger_deps`: moves every trigger's `trigger_dependencies` onto the
+    /// component it names, so that a component id identifies its composition. A component
+    /// used by several triggers, one of which has dependencies, is cloned for each such
+    /// trigger as `<component>-for-<trigger id>` (`-d<N>` added when that is taken) and the
+    /// trigger is pointed at the clone. The component gets the dependencies, the metadata
+    /// `resolve-trigger-dependencies-using = <trigger type>` and, for `middleware`, the host
+    /// requirement `middleware = "required"` (with `component_host_requirements` in
+    /// `must_understand`). Returns each (clone id, original id).
+    pub fn move_trigger_dependencies_to_components(&mut self) -> Vec<(String, String)> {
+        fn has_deps(t: &LockedTrigger) -> bool {
+            t.trigger_dependencies.values().any(|d| !d.is_empty())
+        }
+        fn component_of(t: &LockedTrigger) -> Option<String> {
+            t.trigger_config
+                .get("component")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }
+        let mut clones = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut disambiguator = 0u32;
+        let shared: Vec<String> = {
+            let mut ids: Vec<String> = self.triggers.iter().filter_map(component_of).collect();
+            ids.sort();
+            ids.dedup();
+            ids.into_iter()
+                .filter(|id| {
+                    let users: Vec<&LockedTrigger> = self
+                        .triggers
+                        .iter()
+                        .filter(|t| component_of(t).as_deref() == Some(id))
+                        .collect();
+                    users.len() > 1 && users.iter().any(|t| has_deps(t))
+                })
+                .collect()
+        };
+        for original in shared {
+            let Some(template) = self.component(&original).cloned() else {
+                continue;
+            };
+            for t in self.triggers.iter_mut() {
+                if component_of(t).as_deref() != Some(original.as_str()) || !has_deps(t) {
+                    continue;
+                }
+                let mut id = format!("{original}-for-{}", t.id);
+                if !seen.insert(id.clone()) {
+                    disambiguator += 1;
+                    id = format!("{id}-d{disambiguator}");
+                    seen.insert(id.clone());
+                }
+                let mut clone = template.clone();
+                clone.id.clone_from(&id);
+                self.components.push(clone);
+                if let Some(config) = t.trigger_config.as_object_mut() {
+                    config.insert("component".into(), id.clone().into());
+                }
+                clones.push((id, original.clone()));
+            }
+        }
+        for t in self.triggers.iter_mut() {
+            if !has_deps(t) {
+                continue;
+            }
+            let Some(id) = component_of(t) else { continue };
+            let Some(c) = self.components.iter_mut().find(|c| c.id == id) else {
+                continue;
+            };
+            c.trigger_dependencies = std::mem::take(&mut t.trigger_dependencies);
+            c.metadata.insert(
+                "resolve-trigger-dependencies-using".into(),
+                t.trigger_type.clone().into(),
+            );
+            if c.trigger_dependencies.contains_key(MIDDLEWARE_KEY) {
+                c.host_requirements
+                    .insert(MIDDLEWARE_KEY.into(), "required".into());
+            }
+        }
+        if self
+            .components
+            .iter()
+            .any(|c| !c.host_requirements.is_empty())
+            && !self
+                .must_understand
+                .iter()
+                .any(|m| m == MUST_UNDERSTAND_COMPONENT_HOST_REQUIREMENTS)
+        {
+            self.must_understand
+                .push(MUST_UNDERSTAND_COMPONENT_HOST_REQUIREMENTS.into());
+        }
+        clones
+    }
+
     /// Host requirements of the app and of the components any trigger uses that are not in
     /// `supported` (Spin's `ensure_needs_only`).
     pub fn unmet_host_requirements(&self, supported: &[&str]) -> Vec<String> {

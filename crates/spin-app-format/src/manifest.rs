@@ -18,8 +18,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::locked::{
-    ContentPath, ContentRef, LockedApp, LockedComponent, LockedComponentSource, LockedTrigger,
-    ValuesMap, Variable, WASM_CONTENT_TYPE,
+    ContentPath, ContentRef, InheritConfiguration, LockedApp, LockedComponent,
+    LockedComponentDependency, LockedComponentSource, LockedTrigger, ValuesMap, Variable,
+    WASM_CONTENT_TYPE,
 };
 use crate::ordered::OrderedMap;
 
@@ -278,8 +279,150 @@ struct TriggerEntry {
     id: String,
     component: Option<ComponentSpec>,
     components: OrderedMap<Vec<ComponentSpec>>,
-    dependencies: bool,
+    /// `dependencies.<role> = [..]` (Spin 4: `middleware` of HTTP triggers).
+    dependencies: OrderedMap<Vec<TriggerDependency>>,
     config: toml::Table,
+}
+
+/// One entry of a trigger's `dependencies.<role>` list (Spin's `v2::TriggerDependency`).
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields, untagged)]
+enum TriggerDependency {
+    AppComponent {
+        component: String,
+        inherit_configuration: Option<InheritToml>,
+    },
+    Local {
+        path: String,
+        inherit_configuration: Option<InheritToml>,
+    },
+    Http {
+        url: String,
+        #[allow(dead_code)]
+        digest: String,
+        #[allow(dead_code)]
+        inherit_configuration: Option<InheritToml>,
+    },
+    Package {
+        #[allow(dead_code)]
+        version: String,
+        #[allow(dead_code)]
+        registry: Option<String>,
+        package: String,
+        #[allow(dead_code)]
+        inherit_configuration: Option<InheritToml>,
+    },
+}
+
+/// `inherit_configuration = true | false | ["allowed_outbound_hosts", ..]`.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum InheritToml {
+    All(bool),
+    Some(Vec<String>),
+}
+
+/// Spin's `locked_inherit`: `true` is everything, a list those keys, `false` or nothing
+/// is nothing.
+fn locked_inherit(i: &Option<InheritToml>) -> InheritConfiguration {
+    match i {
+        Some(InheritToml::All(true)) => InheritConfiguration::All,
+        Some(InheritToml::Some(keys)) => InheritConfiguration::Some(keys.clone()),
+        Some(InheritToml::All(false)) | None => InheritConfiguration::Some(Vec::new()),
+    }
+}
+
+/// Parses a trigger's `dependencies` table: role -> list of dependencies.
+fn trigger_dependencies(
+    v: toml::Value,
+    origin: &str,
+    key: &str,
+) -> anyhow::Result<OrderedMap<Vec<TriggerDependency>>> {
+    let toml::Value::Table(t) = v else {
+        bail!("{origin}: key `{key}`: must be a table of lists (e.g. `dependencies.middleware = [{{ component = \"m\" }}]`)");
+    };
+    let mut out = OrderedMap::default();
+    for (role, list) in t {
+        let k = format!("{key}.{role}");
+        let toml::Value::Array(items) = list else {
+            bail!("{origin}: key `{k}`: must be a list of dependencies");
+        };
+        let mut deps = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let dep = item.try_into::<TriggerDependency>().map_err(|_| {
+                anyhow!(
+                    "{origin}: key `{k}[{i}]`: a trigger dependency is `{{ component = \"<id>\" }}`, \
+                     `{{ path = \"<file>.wasm\" }}`, `{{ url, digest }}` or `{{ package, version, \
+                     registry? }}`, each with an optional `inherit_configuration = true | false | \
+                     [\"<key>\", ..]`"
+                )
+            })?;
+            deps.push(dep);
+        }
+        out.insert(role, deps);
+    }
+    Ok(out)
+}
+
+/// Locks one trigger dependency: a local file or an app component's (local) source.
+fn lock_trigger_dependency(
+    dep: &TriggerDependency,
+    components: &OrderedMap<ComponentToml>,
+    base: &Path,
+    origin: &str,
+    key: &str,
+) -> anyhow::Result<LockedComponentDependency> {
+    let (path, inherit) = match dep {
+        TriggerDependency::AppComponent {
+            component,
+            inherit_configuration,
+        } => {
+            let Some(c) = components.get(component) else {
+                bail!(
+                    "{origin}: key `{key}`: names component `{component}`, which is not defined \
+                     (add a [component.{component}] table)"
+                );
+            };
+            let SourceToml::Local(p) = &c.source else {
+                bail!(
+                    "{origin}: key `{key}`: component `{component}` has a remote or registry \
+                     source; a trigger dependency's component needs a local file source here"
+                );
+            };
+            (p, inherit_configuration)
+        }
+        TriggerDependency::Local {
+            path,
+            inherit_configuration,
+        } => (path, inherit_configuration),
+        TriggerDependency::Http { url, .. } => bail!(
+            "{origin}: key `{key}`: remote dependencies ({url}) are not supported here; download \
+             the file and give it as `{{ path = \"<file>.wasm\" }}`"
+        ),
+        TriggerDependency::Package { package, .. } => bail!(
+            "{origin}: key `{key}`: registry dependencies ({package}) are not supported here; \
+             fetch the component and give it as `{{ path = \"<file>.wasm\" }}`"
+        ),
+    };
+    let file = base.join(path);
+    if !file.is_file() {
+        bail!(
+            "{origin}: key `{key}`: Wasm file `{path}` not found at {} (build it first, or fix \
+             the path; it is relative to the manifest)",
+            file.display()
+        );
+    }
+    Ok(LockedComponentDependency {
+        source: LockedComponentSource {
+            content_type: WASM_CONTENT_TYPE.into(),
+            content: ContentRef {
+                source: Some(crate::locked::file_url(&file)),
+                ..Default::default()
+            },
+        },
+        export: None,
+        inherit: locked_inherit(inherit),
+    })
 }
 
 #[derive(Clone)]
@@ -373,9 +516,10 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
                     extra.insert(role, list);
                 }
             }
-            let dependencies = table
-                .remove("dependencies")
-                .is_some_and(|d| d.as_table().is_none_or(|t| !t.is_empty()));
+            let dependencies = match table.remove("dependencies") {
+                None => OrderedMap::default(),
+                Some(v) => trigger_dependencies(v, origin, &format!("{key}.dependencies"))?,
+            };
             entries.push(TriggerEntry {
                 trigger_type: trigger_type.clone(),
                 id,
@@ -406,16 +550,6 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
                     );
                 }
             }
-        }
-        if e.dependencies {
-            bail!(
-                "{origin}: {} trigger `{}`: key `dependencies`: Spin 4's trigger dependencies \
-                 (middleware composed in front of the component) are not supported by this \
-                 runtime; compose the middleware into the component before deploying (e.g. with \
-                 `wac plug`), or remove the key",
-                e.trigger_type,
-                e.id
-            );
         }
     }
 
@@ -456,11 +590,23 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
                 e.id
             )
         })?;
+        let mut trigger_dependencies = std::collections::BTreeMap::new();
+        for (role, deps) in e.dependencies.iter() {
+            let locked = deps
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let key = format!("trigger `{}` dependencies.{role}[{i}]", e.id);
+                    lock_trigger_dependency(d, &components, base, origin, &key)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            trigger_dependencies.insert(role.clone(), locked);
+        }
         triggers.push(LockedTrigger {
             id: e.id.clone(),
             trigger_type: e.trigger_type.clone(),
             trigger_config,
-            trigger_dependencies: Default::default(),
+            trigger_dependencies,
         });
     }
 
@@ -473,17 +619,26 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
         files.push((id.clone(), local_files));
     }
 
+    let mut locked = LockedApp {
+        spin_lock_version: 0,
+        must_understand: Vec::new(),
+        metadata,
+        host_requirements: ValuesMap::new(),
+        variables,
+        triggers,
+        components: locked_components,
+    };
+    for (clone, original) in locked.move_trigger_dependencies_to_components() {
+        let same = files
+            .iter()
+            .find(|(id, _)| *id == original)
+            .map(|(_, f)| f.clone())
+            .unwrap_or_default();
+        files.push((clone, same));
+    }
     Ok(LocalApp {
         base_dir: base.to_path_buf(),
-        locked: LockedApp {
-            spin_lock_version: 0,
-            must_understand: Vec::new(),
-            metadata,
-            host_requirements: ValuesMap::new(),
-            variables,
-            triggers,
-            components: locked_components,
-        },
+        locked,
         files,
     })
 }

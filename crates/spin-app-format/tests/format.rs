@@ -293,35 +293,176 @@ fn manifest_errors_name_file_key_and_reason() {
     }
 }
 
-/// Spin 4's trigger `dependencies` (middleware composition) are refused naming the trigger
-/// and the key; Spin 3.x's `executor = { type = "wasip3-unstable" }` is kept for the
-/// runtime to accept.
+/// Spin 4's trigger dependencies are locked as Spin's loader locks them (its
+/// `tests/ui/middleware.toml` case): each trigger's `dependencies` move onto its component;
+/// a component shared by triggers with different middleware is cloned per trigger as
+/// `<component>-for-<trigger id>`; the component gets the host requirement `middleware`
+/// and the app `must_understand: component_host_requirements` (so version 1). Also:
+/// `executor = { type = "wasip3-unstable" }` is kept for the runtime to accept.
 #[test]
-fn spin4_trigger_dependencies_are_refused_and_wasip3_executor_kept() {
+fn spin4_trigger_dependencies_locked_as_spin_does_and_wasip3_executor_kept() {
     let d = tempfile::tempdir().unwrap();
     let base = d.path().canonicalize().unwrap();
-    write(&base, &[("c.wasm", b""), ("m.wasm", b"")]);
-    let head = "spin_manifest_version = 2\n[application]\nname = \"e\"\n";
-    let components = "[component.c]\nsource = \"c.wasm\"\n[component.m]\nsource = \"m.wasm\"\n";
-    let middleware = format!(
-        "{head}[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\ndependencies.middleware = [{{ component = \"m\" }}]\n{components}"
+    write(&base, &[("one.wasm", b"1"), ("two.wasm", b"2")]);
+    let text = r#"spin_manifest_version = 2
+[application]
+name = "mw"
+[[trigger.http]]
+route = "/has-middleware"
+component = "four"
+dependencies.middleware = [{ path = "one.wasm" }, { component = "mid", inherit_configuration = ["allowed_outbound_hosts"] }]
+[[trigger.http]]
+route = "/no-middleware"
+component = "five"
+[[trigger.http]]
+route = "/six-a"
+component = "six"
+dependencies.middleware = [{ path = "one.wasm", inherit_configuration = true }]
+[[trigger.http]]
+route = "/six-b"
+component = "six"
+dependencies.middleware = [{ component = "mid" }]
+[component.four]
+source = "one.wasm"
+[component.five]
+source = "one.wasm"
+[component.six]
+source = "one.wasm"
+[component.mid]
+source = "two.wasm"
+"#;
+    let app = manifest::parse(text, &base, "app/spin.toml").unwrap();
+    let lock: serde_json::Value = serde_json::from_slice(&app.locked.to_json()).unwrap();
+    let url = |f: &str| format!("file://{}", base.join(f).display());
+    let dep = |f: &str, inherit: Option<serde_json::Value>| {
+        let mut d = json!({"source": {"content_type": "application/wasm", "source": url(f)}, "export": null});
+        if let Some(i) = inherit {
+            d["inherit"] = i;
+        }
+        d
+    };
+    assert_eq!(lock["spin_lock_version"], 1);
+    assert_eq!(
+        lock["must_understand"],
+        json!(["component_host_requirements"])
     );
-    let e = manifest::parse(&middleware, &base, "app/spin.toml")
-        .map(|_| ())
-        .unwrap_err();
-    let text = format!("{e:#}");
-    for n in [
-        "app/spin.toml",
-        "http trigger",
-        "key `dependencies`",
-        "middleware",
-    ] {
-        assert!(text.contains(n), "`{n}` missing from: {text}");
+    let triggers: Vec<(String, String)> = lock["triggers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            assert!(t.get("trigger_dependencies").is_none(), "{t}");
+            (
+                t["id"].as_str().unwrap().to_string(),
+                t["trigger_config"]["component"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        triggers,
+        pairs(&[
+            ("four-http-trigger", "four"),
+            ("five-http-trigger", "five"),
+            ("six-http-trigger", "six-for-six-http-trigger"),
+            ("http-trigger1", "six-for-http-trigger1"),
+        ])
+    );
+    let components = lock["components"].as_array().unwrap();
+    let ids: Vec<&str> = components
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "four",
+            "five",
+            "six",
+            "mid",
+            "six-for-six-http-trigger",
+            "six-for-http-trigger1"
+        ]
+    );
+    let by_id = |id: &str| components.iter().find(|c| c["id"] == id).unwrap();
+    let with_mw = |id: &str, deps: serde_json::Value| {
+        let c = by_id(id);
+        assert_eq!(
+            c["metadata"]["resolve-trigger-dependencies-using"], "http",
+            "{id}"
+        );
+        assert_eq!(
+            c["host_requirements"],
+            json!({"middleware": "required"}),
+            "{id}"
+        );
+        assert_eq!(
+            c["trigger_dependencies"],
+            json!({ "middleware": deps }),
+            "{id}"
+        );
+        assert_eq!(c["source"]["source"], url("one.wasm"), "{id}");
+    };
+    with_mw(
+        "four",
+        json!([
+            dep("one.wasm", None),
+            dep(
+                "two.wasm",
+                Some(json!({"Some": ["allowed_outbound_hosts"]}))
+            )
+        ]),
+    );
+    with_mw(
+        "six-for-six-http-trigger",
+        json!([dep("one.wasm", Some(json!("All")))]),
+    );
+    with_mw("six-for-http-trigger1", json!([dep("two.wasm", None)]));
+    for plain in ["five", "six", "mid"] {
+        let c = by_id(plain);
+        assert!(c.get("trigger_dependencies").is_none(), "{c}");
+        assert!(c.get("host_requirements").is_none(), "{c}");
     }
-    let p3 = format!(
-        "{head}[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\nexecutor = {{ type = \"wasip3-unstable\" }}\n{components}"
-    );
-    let app = manifest::parse(&p3, &base, "app/spin.toml").unwrap();
+    // And it reads back.
+    LockedApp::from_json(&app.locked.to_json()).unwrap();
+
+    let bad = [
+        (
+            "[{ url = \"https://x/m.wasm\", digest = \"sha256:00\" }]",
+            "remote dependencies",
+        ),
+        (
+            "[{ package = \"a:b\", version = \"1.0.0\" }]",
+            "registry dependencies",
+        ),
+        ("[{ component = \"nope\" }]", "names component `nope`"),
+        ("[{ path = \"missing.wasm\" }]", "`missing.wasm` not found"),
+        ("[{ wrong = 1 }]", "a trigger dependency is"),
+        ("{ component = \"mid\" }", "must be a list"),
+    ];
+    for (deps, want) in bad {
+        let text = format!(
+            "spin_manifest_version = 2\n[application]\nname = \"e\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"mid\"\ndependencies.middleware = {deps}\n[component.mid]\nsource = \"two.wasm\"\n"
+        );
+        let e = manifest::parse(&text, &base, "app/spin.toml")
+            .map(|_| ())
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains(want) && e.contains("app/spin.toml"),
+            "{deps}: {e}"
+        );
+    }
+
+    let p3 = "spin_manifest_version = 2\n[application]\nname = \"e\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"mid\"\nexecutor = { type = \"wasip3-unstable\" }\n[component.mid]\nsource = \"two.wasm\"\n";
+    let app = manifest::parse(p3, &base, "app/spin.toml").unwrap();
     assert_eq!(
         app.locked.triggers[0].trigger_config["executor"],
         json!({"type": "wasip3-unstable"})

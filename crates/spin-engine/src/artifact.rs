@@ -208,6 +208,9 @@ pub fn referenced_digests(lock: &spin_app_format::LockedApp) -> BTreeSet<String>
         for dep in comp.dependencies.values() {
             add(&dep.source.content);
         }
+        for dep in comp.trigger_dependencies.values().flatten() {
+            add(&dep.source.content);
+        }
         for f in &comp.files {
             add(&f.content);
         }

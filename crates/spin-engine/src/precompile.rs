@@ -28,9 +28,12 @@ fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<(String, Vec<u8>)
             let blobs = Dir::open(&app_dir.join(BLOBS_DIR))?;
             for c in &lock.components {
                 let content = &c.source.content;
-                // Inline sources and components with dependencies (composed at load) are
-                // compiled by the runtime, in memory.
-                if content.inline.is_some() || !c.dependencies.is_empty() {
+                // Inline sources and components with dependencies or middleware (composed
+                // at load) are compiled by the runtime, in memory.
+                if content.inline.is_some()
+                    || !c.dependencies.is_empty()
+                    || !c.trigger_dependencies.is_empty()
+                {
                     continue;
                 }
                 let Some(digest) = content.digest.as_deref() else {

@@ -25,6 +25,7 @@ pub mod componentize;
 pub mod host;
 pub mod limits;
 pub mod metrics;
+pub mod middleware;
 pub mod p3;
 pub mod routing;
 pub mod runtime;

@@ -325,10 +325,24 @@ impl LoadedApp {
             .iter()
             .map(|t| t.component.as_str())
             .collect();
+        // As Spin's trigger executors: only components a trigger uses are loaded (others,
+        // such as middleware listed as app components, may not link on their own).
+        let used: std::collections::HashSet<&str> = http_components
+            .iter()
+            .copied()
+            .chain(app.event_triggers.components().map(|(_, _, c)| c))
+            .collect();
         for component in app.components.values() {
-            let bytes = component.source.read().with_context(|| {
+            if !used.contains(component.id.as_str()) {
+                tracing::debug!(component = %component.id, "not used by any trigger: not loaded");
+                continue;
+            }
+            let mut bytes = component.source.read().with_context(|| {
                 format!("component `{}`: cannot read its Wasm source", component.id)
             })?;
+            if !component.middleware.is_empty() {
+                bytes = compose_middleware(component, &bytes)?.into();
+            }
             let digest = crate::compile_cache::component_digest(&bytes);
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
@@ -346,6 +360,9 @@ impl LoadedApp {
             let http = http_components.contains(component.id.as_str());
             if http {
                 check_exports(engine, &wasm, &component.id)?;
+            }
+            if !component.middleware.is_empty() {
+                crate::middleware::define_denied(&mut linker, engine, &wasm)?;
             }
             let instance_pre =
                 linker.instantiate_pre(&wasm).map_err(|e| {
@@ -464,6 +481,26 @@ impl LoadedApp {
     pub(crate) fn proxy_pre(component: &PreparedComponent) -> Option<&HttpPre> {
         component.pre.as_ref()
     }
+}
+
+/// `component` with its middleware composed in front of it (see [`crate::middleware`]).
+fn compose_middleware(component: &Component, bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut parts = Vec::new();
+    for m in &component.middleware {
+        let b = m.source.read().with_context(|| {
+            format!(
+                "component `{}`: middleware {}: cannot read it",
+                component.id, m.name
+            )
+        })?;
+        parts.push((m.name.clone(), m.inherit.clone(), b.to_vec()));
+    }
+    tracing::info!(
+        component = %component.id,
+        middleware = parts.len(),
+        "composing HTTP middleware in front of the component"
+    );
+    crate::middleware::compose(&component.id, bytes, &parts)
 }
 
 /// The HTTP handler of `instance_pre`: the WASIp2 incoming handler, else the WASIp3 one

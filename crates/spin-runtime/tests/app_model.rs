@@ -400,12 +400,12 @@ fn locked_app_errors_name_the_problem() {
             ),
         ),
         (
-            "trigger dependencies (Spin 4 middleware)",
+            "trigger dependencies other than Spin 4's HTTP middleware",
             (
                 |v: &mut serde_json::Value| {
-                    v["triggers"][0]["trigger_dependencies"] = serde_json::json!({"middleware": [{"source": {"content_type": "application/wasm", "source": "file:///m.wasm"}, "export": null}]});
+                    v["triggers"][0]["trigger_dependencies"] = serde_json::json!({"auth": [{"source": {"content_type": "application/wasm", "source": "file:///m.wasm"}, "export": null}]});
                 },
-                "key `dependencies` (`dependencies.middleware`)",
+                "http trigger dependencies `auth` are not supported",
             ),
         ),
         (

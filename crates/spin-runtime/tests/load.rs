@@ -35,6 +35,7 @@ fn one_component_app(source: &[u8]) -> App {
         sqlite_databases: vec![],
         ai_models: vec![],
         variables: BTreeMap::new(),
+        middleware: vec![],
     };
     App {
         name: "t".into(),

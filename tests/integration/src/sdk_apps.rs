@@ -132,6 +132,21 @@ pub const SDK_APPS: &[SdkApp] = &[
         routes: &[("/", "hello from js\n"), ("/any/path", "hello from js\n")],
     },
     SdkApp {
+        dir: "mw-app",
+        language: "Rust",
+        sdk:
+            "HTTP middleware (wit-bindgen 0.57.1, wasi:http/middleware) in front of spin-sdk 6.0.0",
+        target: "wasip3",
+        wasm: "wasm32-wasip2/release/mw_upper.wasm",
+        routes: &[
+            (
+                "/hello",
+                "SDK=6 ROUTE=/HELLO GREETING=HELLO FROM SPIN-SDK 6\n",
+            ),
+            ("/echo/a/b", "sdk=6 route=/echo path=/a/b\n"),
+        ],
+    },
+    SdkApp {
         dir: "py-spin-hello",
         language: "Python",
         sdk: "spin-sdk 3.4.1 (componentize-py 0.17.2)",

@@ -53,17 +53,19 @@ fn content(c: &ContentRef, resolver: &dyn ContentResolver) -> anyhow::Result<Con
     resolver.resolve(c)
 }
 
-/// Host requirements this runtime meets (none yet: no service chaining, no middleware).
-const SUPPORTED_HOST_REQUIREMENTS: &[&str] = &[];
+/// Host requirements this runtime meets: HTTP middleware (trigger dependencies).
+const SUPPORTED_HOST_REQUIREMENTS: &[&str] = &[spin_app_format::locked::MIDDLEWARE_KEY];
 
 /// `executor = { type = "wasip3-unstable" }` of Spin 3.x apps with a WASIp3 handler.
 const WASIP3_UNSTABLE: &str = "wasip3-unstable";
 
 pub(super) fn convert(
-    lock: LockedApp,
+    mut lock: LockedApp,
     resolver: &dyn ContentResolver,
     origin: &str,
 ) -> anyhow::Result<App> {
+    // A lock written by Spin has them on the components already; this is a no-op then.
+    lock.move_trigger_dependencies_to_components();
     let unmet = lock.unmet_host_requirements(SUPPORTED_HOST_REQUIREMENTS);
     if !unmet.is_empty() {
         bail!(
@@ -80,16 +82,6 @@ pub(super) fn convert(
     let mut event_triggers = EventTriggers::default();
     for t in &lock.triggers {
         let id = t.id.clone();
-        if let Some(role) = t.trigger_dependencies.keys().next() {
-            bail!(
-                "{origin}: {} trigger `{}`: key `dependencies` (`dependencies.{role}`): Spin 4's \
-                 trigger dependencies (middleware composed in front of the component) are not \
-                 supported by this runtime; compose the middleware into the component before \
-                 deploying (e.g. with `wac plug`), or remove the key",
-                t.trigger_type,
-                t.id
-            );
-        }
         match TriggerConfig::of(t).map_err(|e| anyhow!("{origin}: {e:#}"))? {
             TriggerConfig::Other { trigger_type, .. } if trigger_type == "sqs" => bail!(
                 "{origin}: trigger `{}` ([[trigger.sqs]]): the SQS trigger needs Amazon SQS (AWS), \
@@ -140,8 +132,51 @@ pub(super) fn convert(
     let mut components = BTreeMap::new();
     for c in lock.components {
         let key = format!("component `{}`", c.id);
-        if !c.dependencies.is_empty() || !c.trigger_dependencies.is_empty() {
-            bail!("{origin}: {key}: component dependencies (composition, middleware) are not supported by this runtime; compose the component before deploying");
+        if !c.dependencies.is_empty() {
+            bail!(
+                "{origin}: {key}: component dependencies (imports satisfied by other \
+                 components) are not supported by this runtime; compose the component before \
+                 deploying (e.g. `wac plug`)"
+            );
+        }
+        let mut middleware = Vec::new();
+        for (role, deps) in &c.trigger_dependencies {
+            let using = c
+                .metadata
+                .get("resolve-trigger-dependencies-using")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("http");
+            if role != spin_app_format::locked::MIDDLEWARE_KEY || using != "http" {
+                bail!(
+                    "{origin}: {key}: {using} trigger dependencies `{role}` are not supported \
+                     (the HTTP trigger's only trigger dependency is `middleware`)"
+                );
+            }
+            for (i, d) in deps.iter().enumerate() {
+                let name = format!(
+                    "dependencies.middleware[{i}] ({})",
+                    d.source
+                        .content
+                        .source
+                        .as_deref()
+                        .or(d.source.content.digest.as_deref())
+                        .unwrap_or("inline")
+                );
+                if d.source.content_type != WASM_CONTENT_TYPE {
+                    bail!(
+                        "{origin}: {key}: {name}: content type `{}` is not supported \
+                         ({WASM_CONTENT_TYPE} is)",
+                        d.source.content_type
+                    );
+                }
+                let source = content(&d.source.content, resolver)
+                    .with_context(|| format!("{origin}: {key}: {name}"))?;
+                middleware.push(crate::middleware::Middleware {
+                    name,
+                    inherit: (&d.inherit).into(),
+                    source,
+                });
+            }
         }
         if c.source.content_type != WASM_CONTENT_TYPE {
             bail!(
@@ -187,6 +222,7 @@ pub(super) fn convert(
                 environment: c.env,
                 allowed_outbound_hosts,
                 variables: c.config,
+                middleware,
             },
         );
     }

@@ -142,6 +142,9 @@ pub struct Component {
     pub ai_models: Vec<String>,
     /// Component variables: templates such as `"{{ redis_address }}"`.
     pub variables: BTreeMap<String, String>,
+    /// HTTP middleware composed in front of it (Spin 4's trigger `dependencies.middleware`,
+    /// outermost first).
+    pub middleware: Vec<crate::middleware::Middleware>,
 }
 
 impl App {

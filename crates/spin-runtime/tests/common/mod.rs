@@ -278,11 +278,26 @@ impl HttpResponse {
 
 /// One HTTP/1.1 request with `Connection: close`, 60 s timeout.
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
+    request_with(addr, method, path, &[], body)
+}
+
+/// As [`request`], with extra request headers.
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
