@@ -1,9 +1,10 @@
 //! Spin 4's `async func` host interfaces end to end: the sdk6-http guest (Rust spin-sdk 6.0.0,
 //! which calls the async forms; a few steps call the plain forms through the SDK's bindings)
 //! served by `spin-serve`, its `/host?op=...` route exercising `spin:key-value@3.0.0`,
-//! `spin:sqlite@3.1.0`, `spin:redis@3.0.0`, `spin:postgres@4.2.0` and `spin:mqtt@3.0.0`
-//! against the same stores as the Spin 3 forms and against real servers this test starts
-//! from Debian packages (redis-server, postgresql, mosquitto) on loopback. A destination not
+//! `spin:sqlite@3.1.0`, `spin:redis@3.0.0`, `spin:postgres@4.2.0`, `spin:mqtt@3.0.0` and
+//! `spin:mysql@3.0.0` against the same stores as the Spin 3 forms and against real servers
+//! this test starts from Debian packages (redis-server, postgresql, mariadb-server,
+//! mosquitto) on loopback. A destination not
 //! in `allowed_outbound_hosts` fails with the same error as the Spin 3 forms.
 
 mod common;
@@ -324,4 +325,41 @@ fn mqtt_3_against_mosquitto() {
     );
     assert_denial_logged(&server, &format!("mqtt://127.0.0.1:{}", broker.port + 1));
     rt.shutdown_timeout(Duration::from_secs(1));
+}
+
+#[test]
+fn mysql_3_against_mariadb() {
+    let db = servers::mariadb();
+    let addr = format!("mysql://root@127.0.0.1:{}/spin_test", db.port);
+    let dir = app(&format!(
+        "allowed_outbound_hosts = [\"mysql://127.0.0.1:{}\"]",
+        db.port
+    ));
+    let server = Server::start(dir.path(), &[]);
+    let lines = ok_lines(&call(&server, "mysql", &addr, ""));
+    // query: the columns, then the rows through the stream, then the future's ok.
+    assert_eq!(
+        line(&lines, "columns"),
+        r#"["id:Int32", "name:Str", "age:Uint8", "photo:Binary"]"#
+    );
+    assert_eq!(line(&lines, "done"), "()");
+    assert_eq!(
+        line(&lines, "row0"),
+        r#"[Int32(1), Str("rex"), Uint8(3), Binary([7, 8])]"#
+    );
+    assert_eq!(
+        line(&lines, "row1"),
+        r#"[Int32(2), Str("tom"), DbNull, DbNull]"#
+    );
+    assert_eq!(line(&lines, "bad_sql_is_query_failed"), "true");
+    assert_eq!(line(&lines, "drop_table"), "()");
+
+    let denied = format!("mysql://root@localhost:{}/spin_test", db.port);
+    let r = call(&server, "mysql", &denied, "");
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        plain(&r.text()),
+        format!("error: open: ConnectionFailed(\"address {denied} is not permitted\")")
+    );
+    assert_denial_logged(&server, &format!("mysql://localhost:{}", db.port));
 }

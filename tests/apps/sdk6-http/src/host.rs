@@ -4,10 +4,66 @@
 //! with `error: <step>: <Debug of the Spin error>` at the first failing step.
 //!
 //! Ops: `kv` (default store), `sqlite` (default database), `redis`, `pg`, `mqtt` (query
-//! `topic`, `qos` 0..2); `addr` (percent-encoded) names the server.
+//! `topic`, `qos` 0..2), `mysql` (`spin:mysql/mysql@3.0.0`, which spin-sdk 6 does not wrap:
+//! bound here from its WIT); `addr` (percent-encoded) names the server.
 use std::fmt::Debug;
 
 use spin_sdk::{key_value, mqtt, pg, redis, sqlite};
+
+/// Bindings for Spin 4's `spin:mysql/mysql@3.0.0` (spin-sdk 6 wraps only the 2.0.0 form).
+mod mysql3 {
+    spin_sdk::wit_bindgen::generate!({
+        runtime_path: "spin_sdk::wit_bindgen::rt",
+        world: "sdk6-http:mysql3/mysql3",
+        generate_all,
+        inline: r#"
+package sdk6-http:mysql3;
+
+package spin:mysql@3.0.0 {
+  interface mysql {
+    variant error {
+      connection-failed(string),
+      bad-parameter(string),
+      query-failed(string),
+      value-conversion-failed(string),
+      other(string),
+    }
+    enum db-data-type {
+      boolean, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+      floating32, floating64, str, binary, other,
+    }
+    variant db-value {
+      boolean(bool), int8(s8), int16(s16), int32(s32), int64(s64),
+      uint8(u8), uint16(u16), uint32(u32), uint64(u64),
+      floating32(f32), floating64(f64), str(string), binary(list<u8>),
+      db-null, unsupported,
+    }
+    variant parameter-value {
+      boolean(bool), int8(s8), int16(s16), int32(s32), int64(s64),
+      uint8(u8), uint16(u16), uint32(u32), uint64(u64),
+      floating32(f32), floating64(f64), str(string), binary(list<u8>),
+      db-null,
+    }
+    record column {
+      name: string,
+      data-type: db-data-type,
+    }
+    type row = list<db-value>;
+    resource connection {
+      open: static async func(address: string) -> result<connection, error>;
+      query: async func(statement: string, params: list<parameter-value>)
+        -> result<tuple<list<column>, stream<row>, future<result<_, error>>>, error>;
+      execute: async func(statement: string, params: list<parameter-value>) -> result<_, error>;
+    }
+  }
+}
+
+world mysql3 {
+  import spin:mysql/mysql@3.0.0;
+}
+"#,
+    });
+}
 
 fn query_param(query: &str, name: &str) -> Option<String> {
     query
@@ -68,6 +124,7 @@ pub async fn run(query: &str) -> (u16, String) {
             let qos = query_param(query, "qos").unwrap_or_default();
             mqtt(&mut s, &addr, &topic, &qos).await
         }
+        Some("mysql") => mysql(&mut s, &addr).await,
         other => Err(format!("error: op: unknown op {other:?}")),
     };
     match result {
@@ -116,7 +173,10 @@ async fn sqlite(s: &mut Script) -> Result<(), String> {
         .await;
     let created = created.map_err(|e| format!("error: create: {e:?}"))?;
     s.step("create", created.result().await)?;
-    s.step("delete_all", db.execute("DELETE FROM pets", []).await.map(|_| ()))?;
+    s.step(
+        "delete_all",
+        db.execute("DELETE FROM pets", []).await.map(|_| ()),
+    )?;
     for (name, weight) in [("rex", 12.5), ("tom", 4.25)] {
         let r = db
             .execute(
@@ -131,7 +191,10 @@ async fn sqlite(s: &mut Script) -> Result<(), String> {
         s.step("insert", r.map(|_| ()))?;
     }
     s.note("changes", db.changes().await);
-    s.note("last_insert_rowid_positive", db.last_insert_rowid().await > 0);
+    s.note(
+        "last_insert_rowid_positive",
+        db.last_insert_rowid().await > 0,
+    );
     let result = db
         .execute(
             "SELECT name, weight, photo, NULL AS empty FROM pets WHERE weight > ? ORDER BY name",
@@ -142,7 +205,10 @@ async fn sqlite(s: &mut Script) -> Result<(), String> {
     s.note("columns", result.columns().to_vec());
     s.step("rows", result.collect().await.map(|rows| rows.len()))?;
     let again = db
-        .execute("SELECT name, weight, photo, NULL FROM pets ORDER BY name", [])
+        .execute(
+            "SELECT name, weight, photo, NULL FROM pets ORDER BY name",
+            [],
+        )
         .await
         .map_err(|e| format!("error: select: {e:?}"))?;
     let rows = again
@@ -157,7 +223,8 @@ async fn sqlite(s: &mut Script) -> Result<(), String> {
 
     // The plain (not async) forms, through the SDK's bindings.
     use sqlite::wit::sqlite as plain;
-    let conn = plain::Connection::open("default").map_err(|e| format!("error: plain_open: {e:?}"))?;
+    let conn =
+        plain::Connection::open("default").map_err(|e| format!("error: plain_open: {e:?}"))?;
     let r = conn.execute("SELECT count(*) FROM pets", &[]);
     let r = r.map(|q| {
         let rows: Vec<_> = q.rows.into_iter().map(|r| r.values).collect();
@@ -171,7 +238,10 @@ async fn sqlite(s: &mut Script) -> Result<(), String> {
     s.step("plain_insert", r.map(|q| q.rows.len()))?;
     s.note("plain_changes", conn.changes());
     s.note("plain_rowid_positive", conn.last_insert_rowid() > 0);
-    s.note("plain_missing_table", conn.execute("SELECT * FROM no_such_table", &[]).err());
+    s.note(
+        "plain_missing_table",
+        conn.execute("SELECT * FROM no_such_table", &[]).err(),
+    );
     Ok(())
 }
 
@@ -191,7 +261,10 @@ async fn redis(s: &mut Script, addr: &str) -> Result<(), String> {
     members.sort();
     s.note("smembers_sorted", members);
     s.note("sadd_wrong_type", conn.sadd("spin4-key", ["x"]).await.err());
-    s.step("del", conn.del(["spin4-key", "spin4-counter", "spin4-set"]).await)?;
+    s.step(
+        "del",
+        conn.del(["spin4-key", "spin4-counter", "spin4-set"]).await,
+    )?;
     let r = conn
         .execute(
             "SET",
@@ -276,7 +349,10 @@ async fn pg(s: &mut Script, addr: &str) -> Result<(), String> {
         s.note(&format!("row{i}"), (name, age, weight));
     }
     let missing = conn
-        .query("SELECT * FROM no_such_table", Vec::<pg::ParameterValue>::new())
+        .query(
+            "SELECT * FROM no_such_table",
+            Vec::<pg::ParameterValue>::new(),
+        )
         .await
         .err()
         .map(|e| format!("{e:?}"))
@@ -288,11 +364,25 @@ async fn pg(s: &mut Script, addr: &str) -> Result<(), String> {
     let c = plain::Connection::open(addr).map_err(|e| format!("error: plain_open: {e:?}"))?;
     let r = c.query("SELECT count(*)::INT4 AS n FROM spin4_pets", &[]);
     s.step("plain_count", r.map(|set| set.rows))?;
-    s.step("plain_execute", c.execute("DELETE FROM spin4_pets WHERE age IS NULL", &[]))?;
+    s.step(
+        "plain_execute",
+        c.execute("DELETE FROM spin4_pets WHERE age IS NULL", &[]),
+    )?;
     let builder = plain::ConnectionBuilder::new(addr);
-    s.note("builder_set_ca_root", builder.set_ca_root("-----BEGIN CERTIFICATE-----").err().is_some());
-    let built = builder.build_async().await.map_err(|e| format!("error: build_async: {e:?}"))?;
-    let r = built.execute_async("DROP TABLE spin4_pets".into(), Vec::new()).await;
+    s.note(
+        "builder_set_ca_root",
+        builder
+            .set_ca_root("-----BEGIN CERTIFICATE-----")
+            .err()
+            .is_some(),
+    );
+    let built = builder
+        .build_async()
+        .await
+        .map_err(|e| format!("error: build_async: {e:?}"))?;
+    let r = built
+        .execute_async("DROP TABLE spin4_pets".into(), Vec::new())
+        .await;
     s.step("built_drop_table", r)?;
     let builder = plain::ConnectionBuilder::new(addr);
     s.step("builder_build", builder.build().map(|_| ()))?;
@@ -309,6 +399,61 @@ async fn mqtt(s: &mut Script, addr: &str, topic: &str, qos: &str) -> Result<(), 
         .await
         .map_err(|e| format!("error: open: {e:?}"))?;
     let payload = format!("spin4 {}", topic.rsplit('/').next().unwrap_or(""));
-    s.step("publish", conn.publish(topic, payload.into_bytes(), qos).await)?;
+    s.step(
+        "publish",
+        conn.publish(topic, payload.into_bytes(), qos).await,
+    )?;
+    Ok(())
+}
+
+async fn mysql(s: &mut Script, addr: &str) -> Result<(), String> {
+    use mysql3::spin::mysql::mysql::{Connection, ParameterValue as P};
+    let conn = Connection::open(addr.to_string())
+        .await
+        .map_err(|e| format!("error: open: {e:?}"))?;
+    let create = "CREATE TABLE IF NOT EXISTS spin4_pets \
+                  (id INT NOT NULL, name VARCHAR(20), age TINYINT UNSIGNED, photo BLOB)";
+    s.step("create", conn.execute(create.into(), vec![]).await)?;
+    s.step(
+        "delete_all",
+        conn.execute("DELETE FROM spin4_pets".into(), vec![]).await,
+    )?;
+    let insert = "INSERT INTO spin4_pets (id, name, age, photo) VALUES (?, ?, ?, ?)";
+    let rows = [
+        vec![
+            P::Int32(1),
+            P::Str("rex".into()),
+            P::Uint8(3),
+            P::Binary(vec![7, 8]),
+        ],
+        vec![P::Int32(2), P::Str("tom".into()), P::DbNull, P::DbNull],
+    ];
+    for params in rows {
+        s.step("insert", conn.execute(insert.into(), params).await)?;
+    }
+    let select = "SELECT id, name, age, photo FROM spin4_pets ORDER BY id";
+    let (columns, rows, done) = conn
+        .query(select.into(), vec![])
+        .await
+        .map_err(|e| format!("error: query: {e:?}"))?;
+    let columns: Vec<String> = columns
+        .iter()
+        .map(|c| format!("{}:{:?}", c.name, c.data_type))
+        .collect();
+    s.note("columns", columns);
+    let rows = rows.collect().await;
+    s.step("done", done.await)?;
+    for (i, row) in rows.iter().enumerate() {
+        s.note(&format!("row{i}"), row);
+    }
+    let bad = conn.query("SELEC nonsense".into(), vec![]).await.err();
+    s.note(
+        "bad_sql_is_query_failed",
+        matches!(bad, Some(mysql3::spin::mysql::mysql::Error::QueryFailed(_))),
+    );
+    s.step(
+        "drop_table",
+        conn.execute("DROP TABLE spin4_pets".into(), vec![]).await,
+    )?;
     Ok(())
 }
