@@ -255,20 +255,31 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
     // fermyon:spin/variables@2.0.0 form is.
     let mut vars = linker.instance("spin:variables/variables@3.0.0")?;
     vars.func_wrap_concurrent("get", |accessor, (name,): (String,)| {
-        Box::pin(async move {
-            let result = accessor.with(|mut access| {
-                match access.data_mut().host.variable_for_guest(&name) {
-                    Ok(v) => Ok(v),
-                    Err(crate::host::variables::VarError::Invalid(e)) => {
-                        Err(VariablesError::InvalidName(e))
+        use tracing::Instrument as _;
+        // The span of a host call, as bindgen!'s `tracing` flag makes it (see host/mod.rs).
+        let span = tracing::span!(
+            tracing::Level::TRACE,
+            "wit-bindgen import",
+            module = "variables",
+            function = "get"
+        );
+        Box::pin(
+            async move {
+                let result = accessor.with(|mut access| {
+                    match access.data_mut().host.variable_for_guest(&name) {
+                        Ok(v) => Ok(v),
+                        Err(crate::host::variables::VarError::Invalid(e)) => {
+                            Err(VariablesError::InvalidName(e))
+                        }
+                        Err(crate::host::variables::VarError::Undefined(e)) => {
+                            Err(VariablesError::Undefined(e))
+                        }
                     }
-                    Err(crate::host::variables::VarError::Undefined(e)) => {
-                        Err(VariablesError::Undefined(e))
-                    }
-                }
-            });
-            Ok((result,))
-        })
+                });
+                Ok((result,))
+            }
+            .instrument(span),
+        )
     })?;
     crate::host::add_spin4_to_linker(linker)?;
     Ok(())

@@ -858,13 +858,14 @@ mod v3 {
 pub(super) fn add_spin4_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
+    const INTERFACE: &str = "key-value";
     let mut inst = linker.instance("spin:key-value/key-value@3.0.0")?;
     host_resource!(inst, "store", StoreHandle, HostState::close_store);
-    async_func!(inst, "[static]store.open", v3::open, (label: String));
-    async_func!(inst, "[method]store.get", v3::get, (this: Handle, key: String));
-    async_func!(inst, "[method]store.set", v3::set, (this: Handle, key: String, value: Vec<u8>));
-    async_func!(inst, "[method]store.delete", v3::delete, (this: Handle, key: String));
-    async_func!(inst, "[method]store.exists", v3::exists, (this: Handle, key: String));
-    async_func!(inst, "[method]store.get-keys", v3::get_keys, (this: Handle));
+    async_func!(inst, INTERFACE, "[static]store.open", v3::open, (label: String));
+    async_func!(inst, INTERFACE, "[method]store.get", v3::get, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.set", v3::set, (this: Handle, key: String, value: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]store.delete", v3::delete, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.exists", v3::exists, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.get-keys", v3::get_keys, (this: Handle));
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Spin host features: every Spin interface of Spin 3.x's platform world (variables,
-//! key-value, SQLite, outbound Redis, PostgreSQL, MySQL and MQTT, LLM, config), the
-//! `allowed_outbound_hosts` allow-list for them and for outbound HTTP.
+//! key-value, SQLite, outbound Redis, PostgreSQL, MySQL and MQTT, LLM, config) and Spin 4's
+//! `async func` forms of them, the `allowed_outbound_hosts` allow-list for them and for
+//! outbound HTTP.
 //!
 //! The runtime core uses exactly these items:
 //! - [`HostState::new`] once per component when the app loads (a required variable without
@@ -10,52 +11,88 @@
 //! - [`add_to_linker`] once per engine: every interface of `wit/host.wit`
 //!   ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`, `spin:*@3.0.0`/`@4.0.0` and
 //!   unversioned forms Spin 3.6 links.
+//! - [`add_spin4_to_linker`] once per engine (from [`crate::p3::add_to_linker`]): Spin 4's
+//!   interfaces, linked with the dynamic linker on the same backends.
 //! - [`check_outbound`] from the `send_request` hook before any outbound HTTP request.
 //! - [`link_error`] to explain a component whose imports do not link.
 //!
 //! The WIT comes from the published spin-sdk crate (see `build.rs`); the world we
 //! implement is `wit/host.wit`.
 
-/// Defines the WIT `async func` `$name` in linker instance `$inst` as a concurrent host
-/// function: `$f(accessor, args...)` is awaited and its `wasmtime::Result<R>` becomes the
-/// function's one result `R` (an `Err` traps). Spin 4's interfaces are linked this way.
+// Spin 4's interfaces are linked with these (the dynamic linker; the `bindgen!` forms above
+// are for Spin 3's). Each host call runs in the span `bindgen!`'s `tracing` flag makes
+// ("wit-bindgen import", with `module` = the interface's name and `function` = the WIT
+// function's name), so it is exported like the Spin 3 forms' (see otel-export's
+// `HOST_CALL_SPAN`).
+
+/// Defines the WIT `async func` `$name` of interface `$module` in linker instance `$inst`
+/// as a concurrent host function: `$f(accessor, args...)` is awaited and its
+/// `wasmtime::Result<R>` becomes the function's one result `R` (an `Err` traps).
 macro_rules! async_func {
-    ($inst:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
         $inst.func_wrap_concurrent(
             $name,
-            |acc: &wasmtime::component::Accessor<crate::InstanceState>, ($($arg,)*): ($($ty,)*)| {
-                Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) })
+            move |acc: &wasmtime::component::Accessor<crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                use tracing::Instrument as _;
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) }.instrument(span))
             },
         )?
-    };
+    }};
 }
 
-/// Defines the plain (not `async`) WIT `func` `$name` in `$inst` as `$f(&mut HostState,
-/// args...)`, returning `wasmtime::Result<R>` (an `Err` traps).
+/// Defines the plain (not `async`) WIT `func` `$name` of `$module` in `$inst` as
+/// `$f(&mut HostState, args...)`, returning `wasmtime::Result<R>` (an `Err` traps).
 macro_rules! sync_func {
-    ($inst:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
         $inst.func_wrap(
             $name,
-            |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
-             ($($arg,)*): ($($ty,)*)| {
+            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                let _entered = span.enter();
                 Ok(($f(&mut store.data_mut().host, $($arg),*)?,))
             },
         )?
-    };
+    }};
 }
 
-/// Defines the plain WIT `func` `$name` in `$inst` as the async Rust function
+/// Defines the plain WIT `func` `$name` of `$module` in `$inst` as the async Rust function
 /// `$f(&mut HostState, args...)`: the guest blocks (on its fiber) until it returns.
 macro_rules! blocking_func {
-    ($inst:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
         $inst.func_wrap_async(
             $name,
-            |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
-             ($($arg,)*): ($($ty,)*)| {
-                Box::new(async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) })
+            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                use tracing::Instrument as _;
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                Box::new(
+                    async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) }
+                        .instrument(span),
+                )
             },
         )?
-    };
+    }};
 }
 
 /// Defines resource `$name` of host type `$ty` in `$inst`, dropped by `$drop(&mut
@@ -462,17 +499,21 @@ pub(crate) fn with_host<R>(acc: &Accessor, f: impl FnOnce(&mut HostState) -> R) 
     acc.with(|mut access| f(&mut access.data_mut().host))
 }
 
-/// A stream of `items` (all already read: each Spin 4 `async func` that returns a stream
-/// reads its result under the same byte cap as the plain form, [`sqlite::MAX_RESULT_BYTES`])
-/// and a future resolving to `result`, created in the instance's store.
+/// A stream and the future that resolves once its items are all delivered (a `tuple<stream<T>,
+/// future<result<_, E>>>` of a Spin 4 `async func`).
+pub(crate) type StreamAndFuture<T, E> = (
+    wasmtime::component::StreamReader<T>,
+    wasmtime::component::FutureReader<Result<(), E>>,
+);
+
+/// A stream of `items` and a future resolving to `result`, created in the instance's store.
+/// The items are all read before (each Spin 4 `async func` returning a stream reads its
+/// result as the plain form does, under the same caps, e.g. [`sqlite::MAX_RESULT_BYTES`]).
 pub(crate) fn stream_and_future<T, E>(
     acc: &Accessor,
     items: Vec<T>,
     result: Result<(), E>,
-) -> wasmtime::Result<(
-    wasmtime::component::StreamReader<T>,
-    wasmtime::component::FutureReader<Result<(), E>>,
-)>
+) -> wasmtime::Result<StreamAndFuture<T, E>>
 where
     T: wasmtime::component::ComponentType
         + wasmtime::component::Lift

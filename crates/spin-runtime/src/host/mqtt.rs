@@ -204,6 +204,7 @@ pub(super) fn add_spin4_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
+    const INTERFACE: &str = "mqtt";
     let mut inst = linker.instance("spin:mqtt/mqtt@3.0.0")?;
     host_resource!(
         inst,
@@ -211,7 +212,7 @@ pub(super) fn add_spin4_to_linker(
         MqttConnection,
         HostState::drop_connection
     );
-    async_func!(inst, "[static]connection.open", v3::open, (address: String, username: String, password: String, keep_alive_interval_in_secs: u64));
-    async_func!(inst, "[method]connection.publish", v3::publish, (this: Conn, topic: String, payload: Vec<u8>, qos: Qos));
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String, username: String, password: String, keep_alive_interval_in_secs: u64));
+    async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, topic: String, payload: Vec<u8>, qos: Qos));
     Ok(())
 }

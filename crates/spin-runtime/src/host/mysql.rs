@@ -360,6 +360,7 @@ pub(super) fn add_spin4_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
+    const INTERFACE: &str = "mysql";
     let mut inst = linker.instance("spin:mysql/mysql@3.0.0")?;
     host_resource!(
         inst,
@@ -367,8 +368,8 @@ pub(super) fn add_spin4_to_linker(
         MysqlConnection,
         HostState::drop_connection
     );
-    async_func!(inst, "[static]connection.open", v3::open, (address: String));
-    async_func!(inst, "[method]connection.query", v3::query, (this: Conn, statement: String, params: Vec<ParameterValue>));
-    async_func!(inst, "[method]connection.execute", v3::execute, (this: Conn, statement: String, params: Vec<ParameterValue>));
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.query", v3::query, (this: Conn, statement: String, params: Vec<ParameterValue>));
+    async_func!(inst, INTERFACE, "[method]connection.execute", v3::execute, (this: Conn, statement: String, params: Vec<ParameterValue>));
     Ok(())
 }

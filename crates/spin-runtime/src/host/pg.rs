@@ -1078,6 +1078,7 @@ pub(super) fn add_spin4_to_linker(
 ) -> anyhow::Result<()> {
     use v4::ParameterValue as P;
     use v4_2::{Builder, Conn};
+    const INTERFACE: &str = "postgres";
     let mut inst = linker.instance("spin:postgres/postgres@4.2.0")?;
     host_resource!(inst, "connection", PgConnection, v4_2::drop);
     host_resource!(
@@ -1086,15 +1087,15 @@ pub(super) fn add_spin4_to_linker(
         PgConnectionBuilder,
         v4_2::builder_drop
     );
-    blocking_func!(inst, "[static]connection.open", v4_2::open, (address: String));
-    blocking_func!(inst, "[method]connection.query", v4_2::query, (this: Conn, statement: String, params: Vec<P>));
-    blocking_func!(inst, "[method]connection.execute", v4_2::execute, (this: Conn, statement: String, params: Vec<P>));
-    async_func!(inst, "[static]connection.open-async", v4_2::open_async, (address: String));
-    async_func!(inst, "[method]connection.query-async", v4_2::query_async, (this: Conn, statement: String, params: Vec<P>));
-    async_func!(inst, "[method]connection.execute-async", v4_2::execute_async, (this: Conn, statement: String, params: Vec<P>));
-    sync_func!(inst, "[constructor]connection-builder", v4_2::builder_new, (address: String));
-    sync_func!(inst, "[method]connection-builder.set-ca-root", v4_2::builder_set_ca_root, (this: Builder, certificate: String));
-    blocking_func!(inst, "[method]connection-builder.build", v4_2::builder_build, (this: Builder));
-    async_func!(inst, "[method]connection-builder.build-async", v4_2::builder_build_async, (this: Builder));
+    blocking_func!(inst, INTERFACE, "[static]connection.open", v4_2::open, (address: String));
+    blocking_func!(inst, INTERFACE, "[method]connection.query", v4_2::query, (this: Conn, statement: String, params: Vec<P>));
+    blocking_func!(inst, INTERFACE, "[method]connection.execute", v4_2::execute, (this: Conn, statement: String, params: Vec<P>));
+    async_func!(inst, INTERFACE, "[static]connection.open-async", v4_2::open_async, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.query-async", v4_2::query_async, (this: Conn, statement: String, params: Vec<P>));
+    async_func!(inst, INTERFACE, "[method]connection.execute-async", v4_2::execute_async, (this: Conn, statement: String, params: Vec<P>));
+    sync_func!(inst, INTERFACE, "[constructor]connection-builder", v4_2::builder_new, (address: String));
+    sync_func!(inst, INTERFACE, "[method]connection-builder.set-ca-root", v4_2::builder_set_ca_root, (this: Builder, certificate: String));
+    blocking_func!(inst, INTERFACE, "[method]connection-builder.build", v4_2::builder_build, (this: Builder));
+    async_func!(inst, INTERFACE, "[method]connection-builder.build-async", v4_2::builder_build_async, (this: Builder));
     Ok(())
 }

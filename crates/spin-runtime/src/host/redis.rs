@@ -370,6 +370,7 @@ pub(super) fn add_spin4_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
+    const INTERFACE: &str = "redis";
     let mut inst = linker.instance("spin:redis/redis@3.0.0")?;
     host_resource!(
         inst,
@@ -377,15 +378,15 @@ pub(super) fn add_spin4_to_linker(
         RedisConnection,
         HostState::drop_connection
     );
-    async_func!(inst, "[static]connection.open", v3::open, (address: String));
-    async_func!(inst, "[method]connection.publish", v3::publish, (this: Conn, channel: String, payload: Vec<u8>));
-    async_func!(inst, "[method]connection.get", v3::get, (this: Conn, key: String));
-    async_func!(inst, "[method]connection.set", v3::set, (this: Conn, key: String, value: Vec<u8>));
-    async_func!(inst, "[method]connection.incr", v3::incr, (this: Conn, key: String));
-    async_func!(inst, "[method]connection.del", v3::del, (this: Conn, keys: Vec<String>));
-    async_func!(inst, "[method]connection.sadd", v3::sadd, (this: Conn, key: String, values: Vec<String>));
-    async_func!(inst, "[method]connection.smembers", v3::smembers, (this: Conn, key: String));
-    async_func!(inst, "[method]connection.srem", v3::srem, (this: Conn, key: String, values: Vec<String>));
-    async_func!(inst, "[method]connection.execute", v3::execute, (this: Conn, command: String, arguments: Vec<RedisParameter>));
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, channel: String, payload: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]connection.get", v3::get, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.set", v3::set, (this: Conn, key: String, value: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]connection.incr", v3::incr, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.del", v3::del, (this: Conn, keys: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.sadd", v3::sadd, (this: Conn, key: String, values: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.smembers", v3::smembers, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.srem", v3::srem, (this: Conn, key: String, values: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.execute", v3::execute, (this: Conn, command: String, arguments: Vec<RedisParameter>));
     Ok(())
 }

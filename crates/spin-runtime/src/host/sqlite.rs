@@ -472,15 +472,16 @@ pub(super) fn add_spin4_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
     use v3_1::Conn;
+    const INTERFACE: &str = "sqlite";
     let mut inst = linker.instance("spin:sqlite/sqlite@3.1.0")?;
     host_resource!(inst, "connection", SqliteConnection, v3_1::drop);
-    sync_func!(inst, "[static]connection.open", v3_1::open, (database: String));
-    sync_func!(inst, "[method]connection.execute", v3_1::execute, (this: Conn, statement: String, parameters: Vec<v3::Value>));
-    sync_func!(inst, "[method]connection.last-insert-rowid", v3_1::last_insert_rowid, (this: Conn));
-    sync_func!(inst, "[method]connection.changes", v3_1::changes, (this: Conn));
-    async_func!(inst, "[static]connection.open-async", v3_1::open_async, (database: String));
-    async_func!(inst, "[method]connection.execute-async", v3_1::execute_async, (this: Conn, statement: String, parameters: Vec<v3::Value>));
-    async_func!(inst, "[method]connection.last-insert-rowid-async", v3_1::last_insert_rowid_async, (this: Conn));
-    async_func!(inst, "[method]connection.changes-async", v3_1::changes_async, (this: Conn));
+    sync_func!(inst, INTERFACE, "[static]connection.open", v3_1::open, (database: String));
+    sync_func!(inst, INTERFACE, "[method]connection.execute", v3_1::execute, (this: Conn, statement: String, parameters: Vec<v3::Value>));
+    sync_func!(inst, INTERFACE, "[method]connection.last-insert-rowid", v3_1::last_insert_rowid, (this: Conn));
+    sync_func!(inst, INTERFACE, "[method]connection.changes", v3_1::changes, (this: Conn));
+    async_func!(inst, INTERFACE, "[static]connection.open-async", v3_1::open_async, (database: String));
+    async_func!(inst, INTERFACE, "[method]connection.execute-async", v3_1::execute_async, (this: Conn, statement: String, parameters: Vec<v3::Value>));
+    async_func!(inst, INTERFACE, "[method]connection.last-insert-rowid-async", v3_1::last_insert_rowid_async, (this: Conn));
+    async_func!(inst, INTERFACE, "[method]connection.changes-async", v3_1::changes_async, (this: Conn));
     Ok(())
 }
