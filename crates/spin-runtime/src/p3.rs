@@ -182,27 +182,49 @@ pub const WASI_P3_INTERFACES: &[&str] = &[
     "wasi:http/client",
 ];
 
-/// Spin 4's `async func` interfaces this runtime links.
-pub const SPIN4_INTERFACES: &[&str] = &["spin:variables/variables@3.0.0"];
-
-/// Spin 4's interfaces this runtime does not link yet (Spin 4 itself provides them; the
-/// Python SDK 4.0/5.0 worlds, which componentize-py keeps whole, import them all).
-pub const SPIN4_NOT_LINKED: &[&str] = &[
+/// Spin 4's `async func` interfaces this runtime links (`spin:variables` here, the others
+/// in [`crate::host::add_spin4_to_linker`], on the backends of their Spin 3 forms).
+/// `spin:postgres@4.2.0` also serves components importing `@4.1.0` (the linker picks the
+/// newest minor version of a major it has).
+pub const SPIN4_INTERFACES: &[&str] = &[
+    "spin:variables/variables@3.0.0",
     "spin:key-value/key-value@3.0.0",
-    "spin:mqtt/mqtt@3.0.0",
-    "spin:redis/redis@3.0.0",
     "spin:sqlite/sqlite@3.1.0",
+    "spin:redis/redis@3.0.0",
+    "spin:mqtt/mqtt@3.0.0",
     "spin:postgres/postgres@4.2.0",
     "spin:mysql/mysql@3.0.0",
 ];
 
 /// Whether the runtime links WASIp3 import `name`.
 pub fn provides(name: &str) -> bool {
-    if SPIN4_INTERFACES.contains(&name) {
+    if SPIN4_INTERFACES.contains(&name) || same_major_older_minor(name) {
         return true;
     }
     let (path, version) = name.split_once('@').unwrap_or((name, ""));
     WASI_P3_INTERFACES.contains(&path) && version == RELEASE
+}
+
+/// Whether `name` is a Spin 4 interface we link at a newer minor version of the same major
+/// (`spin:postgres/postgres@4.1.0` is served by `@4.2.0`, which has all of it).
+fn same_major_older_minor(name: &str) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.split('.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some((major, minor))
+    };
+    let Some((path, version)) = name.split_once('@') else {
+        return false;
+    };
+    let Some((major, minor)) = parse(version).filter(|_| !version.contains('-')) else {
+        return false;
+    };
+    SPIN4_INTERFACES.iter().any(|ours| {
+        ours.split_once('@').is_some_and(|(p, v)| {
+            p == path && parse(v).is_some_and(|(ma, mi)| ma == major && major > 0 && minor <= mi)
+        })
+    })
 }
 
 /// `error` of Spin 4's `spin:variables/variables@3.0.0`.
@@ -223,7 +245,7 @@ enum VariablesError {
 
 /// Adds WASIp3 (wasmtime-wasi's cli, clocks, filesystem, random, sockets and
 /// wasmtime-wasi-http's types and client, at `@0.3.0`) and Spin 4's `async func`
-/// interfaces to `linker`. The WASIp2 interfaces stay: a Rust component built for
+/// interfaces ([`SPIN4_INTERFACES`]) to `linker`. The WASIp2 interfaces stay: a Rust component built for
 /// `wasm32-wasip2` imports both (its standard library uses WASIp2).
 pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
     wasmtime_wasi::p3::add_to_linker(linker)?;
@@ -233,21 +255,33 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
     // fermyon:spin/variables@2.0.0 form is.
     let mut vars = linker.instance("spin:variables/variables@3.0.0")?;
     vars.func_wrap_concurrent("get", |accessor, (name,): (String,)| {
-        Box::pin(async move {
-            let result = accessor.with(|mut access| {
-                match access.data_mut().host.variable_for_guest(&name) {
-                    Ok(v) => Ok(v),
-                    Err(crate::host::variables::VarError::Invalid(e)) => {
-                        Err(VariablesError::InvalidName(e))
+        use tracing::Instrument as _;
+        // The span of a host call, as bindgen!'s `tracing` flag makes it (see host/mod.rs).
+        let span = tracing::span!(
+            tracing::Level::TRACE,
+            "wit-bindgen import",
+            module = "variables",
+            function = "get"
+        );
+        Box::pin(
+            async move {
+                let result = accessor.with(|mut access| {
+                    match access.data_mut().host.variable_for_guest(&name) {
+                        Ok(v) => Ok(v),
+                        Err(crate::host::variables::VarError::Invalid(e)) => {
+                            Err(VariablesError::InvalidName(e))
+                        }
+                        Err(crate::host::variables::VarError::Undefined(e)) => {
+                            Err(VariablesError::Undefined(e))
+                        }
                     }
-                    Err(crate::host::variables::VarError::Undefined(e)) => {
-                        Err(VariablesError::Undefined(e))
-                    }
-                }
-            });
-            Ok((result,))
-        })
+                });
+                Ok((result,))
+            }
+            .instrument(span),
+        )
     })?;
+    crate::host::add_spin4_to_linker(linker)?;
     Ok(())
 }
 
@@ -266,6 +300,10 @@ mod tests {
         assert_eq!(retarget_name("other:pkg/x@0.3.0-rc-2026-03-15"), None);
         assert!(provides("wasi:http/types@0.3.0"));
         assert!(!provides("wasi:http/types@0.3.0-rc-2026-03-15"));
+        assert!(provides("spin:postgres/postgres@4.2.0"));
+        assert!(provides("spin:postgres/postgres@4.1.0"));
+        assert!(!provides("spin:postgres/postgres@4.3.0"));
+        assert!(!provides("spin:sqlite/sqlite@4.0.0"));
     }
 
     #[test]

@@ -157,6 +157,17 @@ pub const SDK_APPS: &[SdkApp] = &[
             ("/any/path", "Hello from Python!"),
         ],
     },
+    SdkApp {
+        dir: "py4-spin-hello",
+        language: "Python",
+        sdk: "spin-sdk 4.0.0 (componentize-py 0.23.0)",
+        target: "wasip3",
+        wasm: "wasm32-wasip2/release/py4_spin_hello.wasm",
+        routes: &[
+            ("/", "Hello from Python!"),
+            ("/any/path", "Hello from Python!"),
+        ],
+    },
 ];
 
 impl SdkApp {

@@ -1,6 +1,7 @@
 //! Every app of `tests/apps` built against a published Spin SDK (Rust spin-sdk 2 and 3 for
-//! wasip1, 5 for wasip1 and wasip2, 6 for WASIp3; JavaScript through componentize-js; Python spin-sdk 3
-//! through componentize-py) through `ctr run` with the shim on containerd 1.7, as a
+//! wasip1, 5 for wasip1 and wasip2, 6 for WASIp3; JavaScript through componentize-js; Python
+//! spin-sdk 3, and 4 for WASIp3, through componentize-py), and Spin 4 HTTP middleware, through
+//! `ctr run` with the shim on containerd 1.7, as a
 //! spin-in-container image: every route answers exactly, twice (the first run compiles in the
 //! shim, the second finds the node's compile cache). Prints one `sdk-apps(ctr):` line per
 //! app with the time from `ctr run` to the first answer, cold and warm, and the app

@@ -778,3 +778,94 @@ impl wasi_atomics::HostCas for HostState {
         Ok(())
     }
 }
+
+// ---- spin:key-value/key-value@3.0.0 (Spin 4) ----
+//
+// The `async func` form of `fermyon:spin/key-value@2.0.0`: the same stores, access rules and
+// errors (its `error` variant is the 2.0.0 one, case for case). `get-keys` streams the keys
+// and resolves its future once they are all read.
+
+mod v3 {
+    use wasmtime::component::{FutureReader, Resource, StreamReader};
+
+    use super::{spin_kv, KvStore, OpenError, StoreHandle};
+    use crate::host::{stream_and_future, with_host, Accessor};
+
+    type Error = spin_kv::Error;
+    type Handle = Resource<StoreHandle>;
+
+    pub(super) async fn open(
+        acc: &Accessor,
+        label: String,
+    ) -> wasmtime::Result<Result<Handle, Error>> {
+        with_host(acc, |h| {
+            h.open_handle(&label, |e| match e {
+                OpenError::AccessDenied => Error::AccessDenied,
+                OpenError::NoSuchStore => Error::NoSuchStore,
+                OpenError::TableFull => Error::StoreTableFull,
+            })
+        })
+    }
+
+    pub(super) async fn get(
+        acc: &Accessor,
+        this: Handle,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
+        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.get(&key)))
+    }
+
+    pub(super) async fn set(
+        acc: &Accessor,
+        this: Handle,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        with_host(acc, |h| {
+            h.on_store(&this, Error::Other, |s| s.set(&key, &value))
+        })
+    }
+
+    pub(super) async fn delete(
+        acc: &Accessor,
+        this: Handle,
+        key: String,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.delete(&key)))
+    }
+
+    pub(super) async fn exists(
+        acc: &Accessor,
+        this: Handle,
+        key: String,
+    ) -> wasmtime::Result<Result<bool, Error>> {
+        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.exists(&key)))
+    }
+
+    pub(super) async fn get_keys(
+        acc: &Accessor,
+        this: Handle,
+    ) -> wasmtime::Result<(StreamReader<String>, FutureReader<Result<(), Error>>)> {
+        let keys = with_host(acc, |h| h.on_store(&this, Error::Other, KvStore::keys))?;
+        match keys {
+            Ok(keys) => stream_and_future(acc, keys, Ok(())),
+            Err(e) => stream_and_future(acc, Vec::new(), Err(e)),
+        }
+    }
+}
+
+/// Adds `spin:key-value/key-value@3.0.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    const INTERFACE: &str = "key-value";
+    let mut inst = linker.instance("spin:key-value/key-value@3.0.0")?;
+    host_resource!(inst, "store", StoreHandle, HostState::close_store);
+    async_func!(inst, INTERFACE, "[static]store.open", v3::open, (label: String));
+    async_func!(inst, INTERFACE, "[method]store.get", v3::get, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.set", v3::set, (this: Handle, key: String, value: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]store.delete", v3::delete, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.exists", v3::exists, (this: Handle, key: String));
+    async_func!(inst, INTERFACE, "[method]store.get-keys", v3::get_keys, (this: Handle));
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! Spin host features: every Spin interface of Spin 3.x's platform world (variables,
-//! key-value, SQLite, outbound Redis, PostgreSQL, MySQL and MQTT, LLM, config), the
-//! `allowed_outbound_hosts` allow-list for them and for outbound HTTP.
+//! key-value, SQLite, outbound Redis, PostgreSQL, MySQL and MQTT, LLM, config) and Spin 4's
+//! `async func` forms of them, the `allowed_outbound_hosts` allow-list for them and for
+//! outbound HTTP.
 //!
 //! The runtime core uses exactly these items:
 //! - [`HostState::new`] once per component when the app loads (a required variable without
@@ -10,11 +11,106 @@
 //! - [`add_to_linker`] once per engine: every interface of `wit/host.wit`
 //!   ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`, `spin:*@3.0.0`/`@4.0.0` and
 //!   unversioned forms Spin 3.6 links.
+//! - [`add_spin4_to_linker`] once per engine (from [`crate::p3::add_to_linker`]): Spin 4's
+//!   interfaces, linked with the dynamic linker on the same backends.
 //! - [`check_outbound`] from the `send_request` hook before any outbound HTTP request.
 //! - [`link_error`] to explain a component whose imports do not link.
 //!
 //! The WIT comes from the published spin-sdk crate (see `build.rs`); the world we
 //! implement is `wit/host.wit`.
+
+// Spin 4's interfaces are linked with these (the dynamic linker; the `bindgen!` forms above
+// are for Spin 3's). Each host call runs in the span `bindgen!`'s `tracing` flag makes
+// ("wit-bindgen import", with `module` = the interface's name and `function` = the WIT
+// function's name), so it is exported like the Spin 3 forms' (see otel-export's
+// `HOST_CALL_SPAN`).
+
+/// Defines the WIT `async func` `$name` of interface `$module` in linker instance `$inst`
+/// as a concurrent host function: `$f(accessor, args...)` is awaited and its
+/// `wasmtime::Result<R>` becomes the function's one result `R` (an `Err` traps).
+macro_rules! async_func {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
+        $inst.func_wrap_concurrent(
+            $name,
+            move |acc: &wasmtime::component::Accessor<crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                use tracing::Instrument as _;
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) }.instrument(span))
+            },
+        )?
+    }};
+}
+
+/// Defines the plain (not `async`) WIT `func` `$name` of `$module` in `$inst` as
+/// `$f(&mut HostState, args...)`, returning `wasmtime::Result<R>` (an `Err` traps).
+macro_rules! sync_func {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
+        $inst.func_wrap(
+            $name,
+            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                let _entered = span.enter();
+                Ok(($f(&mut store.data_mut().host, $($arg),*)?,))
+            },
+        )?
+    }};
+}
+
+/// Defines the plain WIT `func` `$name` of `$module` in `$inst` as the async Rust function
+/// `$f(&mut HostState, args...)`: the guest blocks (on its fiber) until it returns.
+macro_rules! blocking_func {
+    ($inst:expr, $module:expr, $name:literal, $f:path, ($($arg:ident : $ty:ty),* $(,)?)) => {{
+        let module: &'static str = $module;
+        $inst.func_wrap_async(
+            $name,
+            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+                  ($($arg,)*): ($($ty,)*)| {
+                use tracing::Instrument as _;
+                let span = tracing::span!(
+                    tracing::Level::TRACE,
+                    "wit-bindgen import",
+                    module = module,
+                    function = $name
+                );
+                Box::new(
+                    async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) }
+                        .instrument(span),
+                )
+            },
+        )?
+    }};
+}
+
+/// Defines resource `$name` of host type `$ty` in `$inst`, dropped by `$drop(&mut
+/// HostState, Resource<$ty>)`.
+macro_rules! host_resource {
+    ($inst:expr, $name:literal, $ty:ty, $drop:path) => {
+        $inst.resource(
+            $name,
+            wasmtime::component::ResourceType::host::<$ty>(),
+            |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>, rep: u32| {
+                $drop(
+                    &mut store.data_mut().host,
+                    wasmtime::component::Resource::<$ty>::new_own(rep),
+                )
+            },
+        )?
+    };
+}
 
 pub mod kv;
 pub mod llm;
@@ -394,6 +490,71 @@ fn open_shared_stores(
     })
 }
 
+/// A concurrent host function's access to the store.
+pub(crate) type Accessor = wasmtime::component::Accessor<InstanceState>;
+
+/// Runs `f` on the instance's [`HostState`] (between awaits of a concurrent host function:
+/// the store is not held across an await).
+pub(crate) fn with_host<R>(acc: &Accessor, f: impl FnOnce(&mut HostState) -> R) -> R {
+    acc.with(|mut access| f(&mut access.data_mut().host))
+}
+
+/// A stream and the future that resolves once its items are all delivered (a `tuple<stream<T>,
+/// future<result<_, E>>>` of a Spin 4 `async func`).
+pub(crate) type StreamAndFuture<T, E> = (
+    wasmtime::component::StreamReader<T>,
+    wasmtime::component::FutureReader<Result<(), E>>,
+);
+
+/// A stream of `items` and a future resolving to `result`, created in the instance's store.
+/// The items are all read before (each Spin 4 `async func` returning a stream reads its
+/// result as the plain form does, under the same caps, e.g. [`sqlite::MAX_RESULT_BYTES`]).
+pub(crate) fn stream_and_future<T, E>(
+    acc: &Accessor,
+    items: Vec<T>,
+    result: Result<(), E>,
+) -> wasmtime::Result<StreamAndFuture<T, E>>
+where
+    T: wasmtime::component::ComponentType
+        + wasmtime::component::Lift
+        + wasmtime::component::Lower
+        + Unpin
+        + Send
+        + Sync
+        + 'static,
+    E: wasmtime::component::ComponentType
+        + wasmtime::component::Lift
+        + wasmtime::component::Lower
+        + Send
+        + Sync
+        + 'static,
+{
+    acc.with(|mut access| {
+        let stream = wasmtime::component::StreamReader::new(&mut access, items)?;
+        let future = wasmtime::component::FutureReader::new(&mut access, async move {
+            Ok::<_, wasmtime::Error>(result)
+        })?;
+        Ok((stream, future))
+    })
+}
+
+/// Adds Spin 4's `async func` interfaces (besides `spin:variables@3.0.0`, see
+/// [`crate::p3`]): `spin:key-value@3.0.0`, `spin:sqlite@3.1.0`, `spin:redis@3.0.0`,
+/// `spin:mqtt@3.0.0`, `spin:postgres@4.2.0` and `spin:mysql@3.0.0`, on the same backends,
+/// allow-lists and limits as their Spin 3 forms. Their WIT types are those of the older
+/// forms (same names, cases and fields), so the older forms' generated types are reused.
+pub fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<InstanceState>,
+) -> anyhow::Result<()> {
+    kv::add_spin4_to_linker(linker)?;
+    sqlite::add_spin4_to_linker(linker)?;
+    redis::add_spin4_to_linker(linker)?;
+    mqtt::add_spin4_to_linker(linker)?;
+    pg::add_spin4_to_linker(linker)?;
+    mysql::add_spin4_to_linker(linker)?;
+    Ok(())
+}
+
 /// Adds every interface of [`HOST_INTERFACES`] to the linker.
 pub fn add_to_linker(
     linker: &mut wasmtime::component::Linker<InstanceState>,
@@ -543,41 +704,25 @@ pub fn link_error(
     if missing.is_empty() {
         return None;
     }
-    let (spin4, unknown): (Vec<&String>, Vec<&String>) = missing
+    let list: Vec<String> = missing
         .iter()
-        .partition(|m| crate::p3::SPIN4_NOT_LINKED.contains(&m.as_str()));
-    let mut parts = Vec::new();
-    if !unknown.is_empty() {
-        let list: Vec<String> = unknown
-            .iter()
-            .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
-            .collect();
-        parts.push(format!(
-            "component `{id}` imports {} that no Spin version provides and this runtime does \
-             not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
-             3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
-             spin:sqlite@3.0.0, wasi:keyvalue, wasi:config, WASI 0.2 and Spin 2.0's WASI \
-             0.2.0-rc-2023-10-18; of Spin 4's: WASI \
-             0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot) and spin:variables@3.0.0)",
-            if unknown.len() == 1 {
-                "an interface"
-            } else {
-                "interfaces"
-            },
-            list.join(", ")
-        ));
-    }
-    if !spin4.is_empty() {
-        let list: Vec<String> = spin4.iter().map(|m| format!("`{m}`")).collect();
-        parts.push(format!(
-            "component `{id}` imports Spin 4 interfaces this runtime does not link yet: {}. \
-             Spin 4 SDKs whose world keeps every import (Python spin-sdk 4.x and 5.x through \
-             componentize-py) cannot start here yet; build with Spin 3's SDK (Python spin-sdk \
-             3.x, world `spin-http`) or, for Rust, spin-sdk 6.x with only the features used",
-            list.join(", ")
-        ));
-    }
-    Some(parts.join("; "))
+        .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
+        .collect();
+    Some(format!(
+        "component `{id}` imports {} that no Spin version provides and this runtime does \
+         not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
+         3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
+         spin:sqlite@3.0.0, wasi:keyvalue, wasi:config, WASI 0.2 and Spin 2.0's WASI \
+         0.2.0-rc-2023-10-18; and Spin 4's: WASI \
+         0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot), {})",
+        if missing.len() == 1 {
+            "an interface"
+        } else {
+            "interfaces"
+        },
+        list.join(", "),
+        crate::p3::SPIN4_INTERFACES.join(", ")
+    ))
 }
 
 /// The `[[client_tls]]` client config for an HTTPS request to `uri`, if the runtime config

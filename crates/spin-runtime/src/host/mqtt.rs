@@ -72,6 +72,43 @@ impl MqttConnection {
 
 impl v2::Host for HostState {}
 
+/// Opens a connection to `address` for the component, if its `allowed_outbound_hosts` has
+/// it (else `connection-failed`, Spin's text).
+fn open(
+    allowed: bool,
+    address: &str,
+    username: String,
+    password: String,
+    keep_alive_interval_in_secs: u64,
+) -> Result<MqttConnection, Error> {
+    if !allowed {
+        return Err(Error::ConnectionFailed(format!(
+            "address {address} is not permitted"
+        )));
+    }
+    MqttConnection::new(
+        address,
+        username,
+        password,
+        Duration::from_secs(keep_alive_interval_in_secs),
+    )
+}
+
+impl HostState {
+    /// A handle on the guest's connection (client and event loop are shared).
+    fn mqtt(&mut self, connection: &Resource<MqttConnection>) -> Result<MqttConnection, Error> {
+        match self.table().get(connection) {
+            Ok(c) => Ok(MqttConnection {
+                client: c.client.clone(),
+                event_loop: c.event_loop.clone(),
+            }),
+            Err(_) => Err(Error::Other(
+                "could not find connection for resource".into(),
+            )),
+        }
+    }
+}
+
 impl v2::HostConnection for HostState {
     async fn open(
         &mut self,
@@ -80,16 +117,13 @@ impl v2::HostConnection for HostState {
         password: String,
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Resource<MqttConnection>, Error>> {
-        if !self.outbound_allowed(&address, "mqtt") {
-            return Ok(Err(Error::ConnectionFailed(format!(
-                "address {address} is not permitted"
-            ))));
-        }
-        let conn = match MqttConnection::new(
+        let allowed = self.outbound_allowed(&address, "mqtt");
+        let conn = match open(
+            allowed,
             &address,
             username,
             password,
-            Duration::from_secs(keep_alive_interval_in_secs),
+            keep_alive_interval_in_secs,
         ) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
@@ -106,19 +140,79 @@ impl v2::HostConnection for HostState {
         payload: Vec<u8>,
         qos: Qos,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let (client, event_loop) = match self.table().get(&connection) {
-            Ok(c) => (c.client.clone(), c.event_loop.clone()),
-            Err(_) => {
-                return Ok(Err(Error::Other(
-                    "could not find connection for resource".into(),
-                )))
-            }
-        };
-        let conn = MqttConnection { client, event_loop };
-        Ok(conn.publish(topic, qos, payload).await)
+        match self.mqtt(&connection) {
+            Ok(conn) => Ok(conn.publish(topic, qos, payload).await),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     async fn drop(&mut self, connection: Resource<MqttConnection>) -> wasmtime::Result<()> {
         self.drop_connection(connection)
     }
+}
+
+// ---- spin:mqtt/mqtt@3.0.0 (Spin 4) ----
+//
+// The `async func` form of `fermyon:spin/mqtt@2.0.0`: the same allow-list check, delivery
+// guarantee and errors (its types are 2.0.0's).
+
+mod v3 {
+    use wasmtime::component::Resource;
+
+    use super::{Error, MqttConnection, Qos};
+    use crate::host::{with_host, Accessor};
+
+    pub(super) type Conn = Resource<MqttConnection>;
+
+    pub(super) async fn open(
+        acc: &Accessor,
+        address: String,
+        username: String,
+        password: String,
+        keep_alive_interval_in_secs: u64,
+    ) -> wasmtime::Result<Result<Conn, Error>> {
+        Ok(with_host(acc, |h| {
+            let allowed = h.outbound_allowed(&address, "mqtt");
+            let conn = super::open(
+                allowed,
+                &address,
+                username,
+                password,
+                keep_alive_interval_in_secs,
+            )?;
+            h.push_connection(conn)
+                .map_err(|_| Error::TooManyConnections)
+        }))
+    }
+
+    pub(super) async fn publish(
+        acc: &Accessor,
+        this: Conn,
+        topic: String,
+        payload: Vec<u8>,
+        qos: Qos,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        match with_host(acc, |h| h.mqtt(&this)) {
+            Ok(conn) => Ok(conn.publish(topic, qos, payload).await),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+/// Adds `spin:mqtt/mqtt@3.0.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    use v3::Conn;
+    const INTERFACE: &str = "mqtt";
+    let mut inst = linker.instance("spin:mqtt/mqtt@3.0.0")?;
+    host_resource!(
+        inst,
+        "connection",
+        MqttConnection,
+        HostState::drop_connection
+    );
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String, username: String, password: String, keep_alive_interval_in_secs: u64));
+    async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, topic: String, payload: Vec<u8>, qos: Qos));
+    Ok(())
 }

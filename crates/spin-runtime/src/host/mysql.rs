@@ -14,9 +14,10 @@ use super::sqlite::MAX_RESULT_BYTES;
 use super::HostState;
 use v2t::{Column, DbDataType, DbValue, Error, ParameterValue, RowSet};
 
-/// A guest's open connection (the resource behind `connection`).
+/// A guest's open connection (the resource behind `connection`). Behind a lock so that a
+/// Spin 4 guest's concurrent calls on one connection run one after the other.
 pub struct MysqlConnection {
-    conn: mysql_async::Conn,
+    conn: std::sync::Arc<tokio::sync::Mutex<mysql_async::Conn>>,
 }
 
 fn is_ssl_param(name: &str) -> bool {
@@ -150,12 +151,90 @@ impl HostState {
     fn mysql(
         &mut self,
         connection: &Resource<MysqlConnection>,
-    ) -> Result<&mut mysql_async::Conn, Error> {
+    ) -> Result<std::sync::Arc<tokio::sync::Mutex<mysql_async::Conn>>, Error> {
         self.table()
-            .get_mut(connection)
-            .map(|c| &mut c.conn)
+            .get(connection)
+            .map(|c| c.conn.clone())
             .map_err(|_| Error::ConnectionFailed("no connection found".into()))
     }
+}
+
+/// Connects to `address` for the component, if its `allowed_outbound_hosts` has it (else
+/// `connection-failed`, Spin's text).
+async fn connect(allowed: bool, address: &str) -> Result<MysqlConnection, Error> {
+    if !allowed {
+        return Err(Error::ConnectionFailed(format!(
+            "address {address} is not permitted"
+        )));
+    }
+    let opts = options(address)?;
+    let conn = mysql_async::Conn::new(opts)
+        .await
+        .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))?;
+    Ok(MysqlConnection {
+        conn: std::sync::Arc::new(tokio::sync::Mutex::new(conn)),
+    })
+}
+
+/// Runs a query; every row, at most [`MAX_RESULT_BYTES`] of them.
+async fn query(
+    conn: &mut mysql_async::Conn,
+    statement: &str,
+    params: Vec<ParameterValue>,
+) -> Result<RowSet, Error> {
+    use futures::TryStreamExt as _;
+    let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+    let mut result = conn
+        .exec_iter(statement, params)
+        .await
+        .map_err(|e| Error::QueryFailed(format!("{e:?}")))?;
+    let columns: Vec<Column> = result
+        .columns()
+        .map(|cols| {
+            cols.iter()
+                .map(|c| Column {
+                    name: c.name_str().into_owned(),
+                    data_type: data_type(c),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut stream = result
+        .stream::<mysql_async::Row>()
+        .await
+        .map_err(|e| Error::Other(e.to_string()))?
+        .ok_or_else(|| Error::Other("unable to stream query result".into()))?;
+    let mut rows = Vec::new();
+    let mut bytes = std::mem::size_of::<RowSet>();
+    while let Some(mut row) = stream
+        .try_next()
+        .await
+        .map_err(|e| Error::Other(e.to_string()))?
+    {
+        let values = (0..row.len())
+            .map(|i| db_value(row.take(i), columns.get(i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        bytes += values.iter().map(value_size).sum::<usize>();
+        if bytes > MAX_RESULT_BYTES {
+            return Err(Error::Other(format!(
+                "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
+            )));
+        }
+        rows.push(values);
+    }
+    Ok(RowSet { columns, rows })
+}
+
+/// Runs a command.
+async fn execute(
+    conn: &mut mysql_async::Conn,
+    statement: &str,
+    params: Vec<ParameterValue>,
+) -> Result<(), Error> {
+    let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
+    conn.exec_batch(statement, [params])
+        .await
+        .map_err(|e| Error::QueryFailed(format!("{e:?}")))
 }
 
 impl v2::Host for HostState {}
@@ -165,21 +244,13 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<MysqlConnection>, Error>> {
-        if !self.outbound_allowed(&address, "mysql") {
-            return Ok(Err(Error::ConnectionFailed(format!(
-                "address {address} is not permitted"
-            ))));
-        }
-        let opts = match options(&address) {
-            Ok(o) => o,
+        let allowed = self.outbound_allowed(&address, "mysql");
+        let conn = match connect(allowed, &address).await {
+            Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let conn = match mysql_async::Conn::new(opts).await {
-            Ok(c) => c,
-            Err(e) => return Ok(Err(Error::ConnectionFailed(format!("{e:?}")))),
-        };
         Ok(self
-            .push_connection(MysqlConnection { conn })
+            .push_connection(conn)
             .map_err(|_| Error::ConnectionFailed("too many connections".into())))
     }
 
@@ -189,55 +260,12 @@ impl v2::HostConnection for HostState {
         statement: String,
         params: Vec<ParameterValue>,
     ) -> wasmtime::Result<Result<RowSet, Error>> {
-        use futures::TryStreamExt as _;
         let conn = match self.mysql(&connection) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
-        let result: Result<RowSet, Error> = async {
-            let mut result = conn
-                .exec_iter(&statement, params)
-                .await
-                .map_err(|e| Error::QueryFailed(format!("{e:?}")))?;
-            let columns: Vec<Column> = result
-                .columns()
-                .map(|cols| {
-                    cols.iter()
-                        .map(|c| Column {
-                            name: c.name_str().into_owned(),
-                            data_type: data_type(c),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut stream = result
-                .stream::<mysql_async::Row>()
-                .await
-                .map_err(|e| Error::Other(e.to_string()))?
-                .ok_or_else(|| Error::Other("unable to stream query result".into()))?;
-            let mut rows = Vec::new();
-            let mut bytes = std::mem::size_of::<RowSet>();
-            while let Some(mut row) = stream
-                .try_next()
-                .await
-                .map_err(|e| Error::Other(e.to_string()))?
-            {
-                let values = (0..row.len())
-                    .map(|i| db_value(row.take(i), columns.get(i)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                bytes += values.iter().map(value_size).sum::<usize>();
-                if bytes > MAX_RESULT_BYTES {
-                    return Err(Error::Other(format!(
-                        "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
-                    )));
-                }
-                rows.push(values);
-            }
-            Ok(RowSet { columns, rows })
-        }
-        .await;
-        Ok(result)
+        let mut conn = conn.lock().await;
+        Ok(query(&mut conn, &statement, params).await)
     }
 
     async fn execute(
@@ -250,14 +278,98 @@ impl v2::HostConnection for HostState {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let params = mysql_async::Params::Positional(params.into_iter().map(to_value).collect());
-        Ok(conn
-            .exec_batch(&statement, [params])
-            .await
-            .map_err(|e| Error::QueryFailed(format!("{e:?}"))))
+        let mut conn = conn.lock().await;
+        Ok(execute(&mut conn, &statement, params).await)
     }
 
     async fn drop(&mut self, connection: Resource<MysqlConnection>) -> wasmtime::Result<()> {
         self.drop_connection(connection)
     }
+}
+
+// ---- spin:mysql/mysql@3.0.0 (Spin 4) ----
+//
+// The `async func` form of `fermyon:spin/mysql@2.0.0` (its types are 2.0.0's rdbms-types,
+// case for case): the same allow-list check, type mapping and errors. `query` returns the
+// columns and a stream of the rows (read under the same byte cap as 2.0.0's), and a future
+// resolving once they are all delivered.
+
+mod v3 {
+    use wasmtime::component::{FutureReader, Resource, StreamReader};
+
+    use super::{Column, DbValue, Error, MysqlConnection, ParameterValue};
+    use crate::host::{stream_and_future, with_host, Accessor};
+
+    pub(super) type Conn = Resource<MysqlConnection>;
+    type R<T> = wasmtime::Result<Result<T, Error>>;
+    type Rows = (
+        Vec<Column>,
+        StreamReader<Vec<DbValue>>,
+        FutureReader<Result<(), Error>>,
+    );
+
+    pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
+        let allowed = with_host(acc, |h| h.outbound_allowed(&address, "mysql"));
+        let conn = match super::connect(allowed, &address).await {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(with_host(acc, |h| {
+            h.push_connection(conn)
+                .map_err(|_| Error::ConnectionFailed("too many connections".into()))
+        }))
+    }
+
+    pub(super) async fn query(
+        acc: &Accessor,
+        this: Conn,
+        statement: String,
+        params: Vec<ParameterValue>,
+    ) -> R<Rows> {
+        let conn = match with_host(acc, |h| h.mysql(&this)) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let result = super::query(&mut *conn.lock().await, &statement, params).await;
+        match result {
+            Ok(set) => {
+                let (rows, done) = stream_and_future(acc, set.rows, Ok(()))?;
+                Ok(Ok((set.columns, rows, done)))
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    pub(super) async fn execute(
+        acc: &Accessor,
+        this: Conn,
+        statement: String,
+        params: Vec<ParameterValue>,
+    ) -> R<()> {
+        let conn = match with_host(acc, |h| h.mysql(&this)) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let result = super::execute(&mut *conn.lock().await, &statement, params).await;
+        Ok(result)
+    }
+}
+
+/// Adds `spin:mysql/mysql@3.0.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    use v3::Conn;
+    const INTERFACE: &str = "mysql";
+    let mut inst = linker.instance("spin:mysql/mysql@3.0.0")?;
+    host_resource!(
+        inst,
+        "connection",
+        MysqlConnection,
+        HostState::drop_connection
+    );
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.query", v3::query, (this: Conn, statement: String, params: Vec<ParameterValue>));
+    async_func!(inst, INTERFACE, "[method]connection.execute", v3::execute, (this: Conn, statement: String, params: Vec<ParameterValue>));
+    Ok(())
 }

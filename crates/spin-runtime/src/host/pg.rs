@@ -61,7 +61,8 @@ impl HostState {
         Ok(())
     }
 
-    async fn pg_open(&mut self, address: &str) -> Result<u32, v4::Error> {
+    /// The connection config of `address`, if the component may connect there.
+    fn pg_config(&self, address: &str) -> Result<tokio_postgres::Config, v4::Error> {
         let config = address
             .parse::<tokio_postgres::Config>()
             .map_err(|e| conn_failed(e.to_string()))?;
@@ -72,22 +73,23 @@ impl HostState {
                  runtime; use sslmode=disable",
             ));
         }
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| conn_failed(format!("{e:?}")))?;
-        // The connection task ends when the client is dropped (guest drops the resource).
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("PostgreSQL connection closed: {e}");
-            }
-        });
+        Ok(config)
+    }
+
+    /// Adds a connected client to the instance's table; its handle's rep.
+    fn pg_push(&mut self, client: tokio_postgres::Client) -> Result<u32, v4::Error> {
         let res = self
             .push_connection(PgConnection {
                 client: std::sync::Arc::new(client),
             })
             .map_err(|_| conn_failed("too many connections"))?;
         Ok(res.rep())
+    }
+
+    async fn pg_open(&mut self, address: &str) -> Result<u32, v4::Error> {
+        let config = self.pg_config(address)?;
+        let client = pg_connect(&config).await?;
+        self.pg_push(client)
     }
 
     fn pg_client(&mut self, rep: u32) -> Result<std::sync::Arc<tokio_postgres::Client>, v4::Error> {
@@ -103,17 +105,7 @@ impl HostState {
         statement: &str,
         params: Vec<v4::ParameterValue>,
     ) -> Result<u64, v4::Error> {
-        let client = self.pg_client(rep)?;
-        let params = params
-            .iter()
-            .map(to_sql)
-            .collect::<anyhow::Result<Vec<_>>>()
-            .map_err(|e| v4::Error::ValueConversionFailed(format!("{e:?}")))?;
-        let refs: Vec<&(dyn ToSql + Sync)> = params
-            .iter()
-            .map(|b| b.as_ref() as &(dyn ToSql + Sync))
-            .collect();
-        client.execute(statement, &refs).await.map_err(query_failed)
+        pg_execute(self.pg_client(rep)?, statement, params).await
     }
 
     async fn pg_query(
@@ -122,51 +114,92 @@ impl HostState {
         statement: &str,
         params: Vec<v4::ParameterValue>,
     ) -> Result<v4::RowSet, v4::Error> {
-        use futures::TryStreamExt as _;
-        let client = self.pg_client(rep)?;
-        let params = params
-            .iter()
-            .map(to_sql)
-            .collect::<anyhow::Result<Vec<_>>>()
-            .map_err(|e| v4::Error::BadParameter(format!("{e:?}")))?;
-        let mut results = pin!(client
-            .query_raw(statement, params)
-            .await
-            .map_err(query_failed)?);
-        let mut columns = None;
-        let mut bytes = std::mem::size_of::<v4::RowSet>();
-        let mut rows = Vec::new();
-        let collected: anyhow::Result<()> = async {
-            while let Some(row) = results.try_next().await? {
-                if columns.is_none() {
-                    columns = Some(
-                        row.columns()
-                            .iter()
-                            .map(|c| v4::Column {
-                                name: c.name().to_owned(),
-                                data_type: data_type(c.type_()),
-                            })
-                            .collect::<Vec<_>>(),
-                    );
-                }
-                let values = (0..row.len())
-                    .map(|i| db_value(&row, i))
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                bytes += values.iter().map(value_size).sum::<usize>();
-                if bytes > MAX_RESULT_BYTES {
-                    anyhow::bail!("query result exceeds limit of {MAX_RESULT_BYTES} bytes");
-                }
-                rows.push(values);
-            }
-            Ok(())
-        }
-        .await;
-        collected.map_err(|e| v4::Error::QueryFailed(v4::QueryError::Text(format!("{e:?}"))))?;
-        Ok(v4::RowSet {
-            columns: columns.unwrap_or_default(),
-            rows,
-        })
+        pg_query(self.pg_client(rep)?, statement, params).await
     }
+}
+
+/// Connects (plain TCP) as `config` says.
+async fn pg_connect(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client, v4::Error> {
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| conn_failed(format!("{e:?}")))?;
+    // The connection task ends when the client is dropped (guest drops the resource).
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("PostgreSQL connection closed: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// Runs a command; the number of rows it affected.
+async fn pg_execute(
+    client: std::sync::Arc<tokio_postgres::Client>,
+    statement: &str,
+    params: Vec<v4::ParameterValue>,
+) -> Result<u64, v4::Error> {
+    let params = params
+        .iter()
+        .map(to_sql)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(|e| v4::Error::ValueConversionFailed(format!("{e:?}")))?;
+    let refs: Vec<&(dyn ToSql + Sync)> = params
+        .iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    client.execute(statement, &refs).await.map_err(query_failed)
+}
+
+/// Runs a query; every row, at most [`MAX_RESULT_BYTES`] of them.
+async fn pg_query(
+    client: std::sync::Arc<tokio_postgres::Client>,
+    statement: &str,
+    params: Vec<v4::ParameterValue>,
+) -> Result<v4::RowSet, v4::Error> {
+    use futures::TryStreamExt as _;
+    let params = params
+        .iter()
+        .map(to_sql)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(|e| v4::Error::BadParameter(format!("{e:?}")))?;
+    let mut results = pin!(client
+        .query_raw(statement, params)
+        .await
+        .map_err(query_failed)?);
+    let mut columns = None;
+    let mut bytes = std::mem::size_of::<v4::RowSet>();
+    let mut rows = Vec::new();
+    let collected: anyhow::Result<()> = async {
+        while let Some(row) = results.try_next().await? {
+            if columns.is_none() {
+                columns = Some(
+                    row.columns()
+                        .iter()
+                        .map(|c| v4::Column {
+                            name: c.name().to_owned(),
+                            data_type: data_type(c.type_()),
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+            let values = (0..row.len())
+                .map(|i| db_value(&row, i))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            bytes += values.iter().map(value_size).sum::<usize>();
+            if bytes > MAX_RESULT_BYTES {
+                anyhow::bail!("query result exceeds limit of {MAX_RESULT_BYTES} bytes");
+            }
+            rows.push(values);
+        }
+        Ok(())
+    }
+    .await;
+    collected.map_err(|e| v4::Error::QueryFailed(v4::QueryError::Text(format!("{e:?}"))))?;
+    Ok(v4::RowSet {
+        columns: columns.unwrap_or_default(),
+        rows,
+    })
 }
 
 fn query_failed(e: tokio_postgres::Error) -> v4::Error {
@@ -903,3 +936,166 @@ impl v2::HostConnection for HostState {
 }
 
 impl v2t::Host for HostState {}
+
+// ---- spin:postgres/postgres@4.2.0 (Spin 4) ----
+//
+// 4.0.0's functions with the same types, plus 4.1's `connection-builder` and 4.2's `async
+// func` forms (`open-async`, `query-async`, `execute-async`, `build-async`), with the same
+// allow-list check, type mapping and errors. `query-async` returns the columns and a stream
+// of the rows (read under the same byte cap as `query`), and a future resolving once they are
+// all delivered.
+
+/// A `connection-builder`: the address to open.
+pub struct PgConnectionBuilder {
+    address: String,
+}
+
+mod v4_2 {
+    use wasmtime::component::{FutureReader, Resource, StreamReader};
+
+    use super::{v4, PgConnection, PgConnectionBuilder};
+    use crate::host::{stream_and_future, with_host, Accessor, HostState};
+
+    pub(super) type Conn = Resource<PgConnection>;
+    pub(super) type Builder = Resource<PgConnectionBuilder>;
+    type R<T> = wasmtime::Result<Result<T, v4::Error>>;
+    type Rows = (
+        Vec<v4::Column>,
+        StreamReader<Vec<v4::DbValue>>,
+        FutureReader<Result<(), v4::Error>>,
+    );
+
+    pub(super) async fn open(h: &mut HostState, address: String) -> R<Conn> {
+        Ok(h.pg_open(&address).await.map(Resource::new_own))
+    }
+
+    pub(super) async fn query(
+        h: &mut HostState,
+        this: Conn,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> R<v4::RowSet> {
+        Ok(h.pg_query(this.rep(), &statement, params).await)
+    }
+
+    pub(super) async fn execute(
+        h: &mut HostState,
+        this: Conn,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> R<u64> {
+        Ok(h.pg_execute(this.rep(), &statement, params).await)
+    }
+
+    pub(super) fn drop(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
+        h.drop_connection(this)
+    }
+
+    pub(super) async fn open_async(acc: &Accessor, address: String) -> R<Conn> {
+        let config = match with_host(acc, |h| h.pg_config(&address)) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        let client = match super::pg_connect(&config).await {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(with_host(acc, |h| h.pg_push(client)).map(Resource::new_own))
+    }
+
+    pub(super) async fn query_async(
+        acc: &Accessor,
+        this: Conn,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> R<Rows> {
+        let client = match with_host(acc, |h| h.pg_client(this.rep())) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        match super::pg_query(client, &statement, params).await {
+            Ok(set) => {
+                let (rows, done) = stream_and_future(acc, set.rows, Ok(()))?;
+                Ok(Ok((set.columns, rows, done)))
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    pub(super) async fn execute_async(
+        acc: &Accessor,
+        this: Conn,
+        statement: String,
+        params: Vec<v4::ParameterValue>,
+    ) -> R<u64> {
+        let client = match with_host(acc, |h| h.pg_client(this.rep())) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(super::pg_execute(client, &statement, params).await)
+    }
+
+    pub(super) fn builder_new(h: &mut HostState, address: String) -> wasmtime::Result<Builder> {
+        Ok(h.table().push(PgConnectionBuilder { address })?)
+    }
+
+    pub(super) fn builder_set_ca_root(
+        _h: &mut HostState,
+        _this: Builder,
+        _certificate: String,
+    ) -> R<()> {
+        Ok(Err(v4::Error::ConnectionFailed(
+            "set-ca-root: TLS connections to PostgreSQL are not supported by this runtime, so a \
+             CA root certificate cannot be used; connect without TLS (sslmode=disable) and \
+             without set-ca-root"
+                .into(),
+        )))
+    }
+
+    fn builder_address(h: &mut HostState, this: &Builder) -> wasmtime::Result<String> {
+        Ok(h.table().get(this)?.address.clone())
+    }
+
+    pub(super) async fn builder_build(h: &mut HostState, this: Builder) -> R<Conn> {
+        let address = builder_address(h, &this)?;
+        open(h, address).await
+    }
+
+    pub(super) async fn builder_build_async(acc: &Accessor, this: Builder) -> R<Conn> {
+        let address = with_host(acc, |h| builder_address(h, &this))?;
+        open_async(acc, address).await
+    }
+
+    pub(super) fn builder_drop(h: &mut HostState, this: Builder) -> wasmtime::Result<()> {
+        h.table().delete(this)?;
+        Ok(())
+    }
+}
+
+/// Adds `spin:postgres/postgres@4.2.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    use v4::ParameterValue as P;
+    use v4_2::{Builder, Conn};
+    const INTERFACE: &str = "postgres";
+    let mut inst = linker.instance("spin:postgres/postgres@4.2.0")?;
+    host_resource!(inst, "connection", PgConnection, v4_2::drop);
+    host_resource!(
+        inst,
+        "connection-builder",
+        PgConnectionBuilder,
+        v4_2::builder_drop
+    );
+    blocking_func!(inst, INTERFACE, "[static]connection.open", v4_2::open, (address: String));
+    blocking_func!(inst, INTERFACE, "[method]connection.query", v4_2::query, (this: Conn, statement: String, params: Vec<P>));
+    blocking_func!(inst, INTERFACE, "[method]connection.execute", v4_2::execute, (this: Conn, statement: String, params: Vec<P>));
+    async_func!(inst, INTERFACE, "[static]connection.open-async", v4_2::open_async, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.query-async", v4_2::query_async, (this: Conn, statement: String, params: Vec<P>));
+    async_func!(inst, INTERFACE, "[method]connection.execute-async", v4_2::execute_async, (this: Conn, statement: String, params: Vec<P>));
+    sync_func!(inst, INTERFACE, "[constructor]connection-builder", v4_2::builder_new, (address: String));
+    sync_func!(inst, INTERFACE, "[method]connection-builder.set-ca-root", v4_2::builder_set_ca_root, (this: Builder, certificate: String));
+    blocking_func!(inst, INTERFACE, "[method]connection-builder.build", v4_2::builder_build, (this: Builder));
+    async_func!(inst, INTERFACE, "[method]connection-builder.build-async", v4_2::builder_build_async, (this: Builder));
+    Ok(())
+}

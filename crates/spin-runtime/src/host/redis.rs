@@ -51,16 +51,10 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<RedisConnection>, Error>> {
-        if !self.outbound_allowed(&address, "redis") {
-            return Ok(Err(Error::InvalidAddress));
-        }
-        let client = match redis::Client::open(address.as_str()) {
+        let allowed = self.outbound_allowed(&address, "redis");
+        let conn = match connect(allowed, &address).await {
             Ok(c) => c,
-            Err(_) => return Ok(Err(Error::InvalidAddress)),
-        };
-        let conn = match client.get_multiplexed_async_connection().await {
-            Ok(c) => c,
-            Err(e) => return Ok(Err(other(e))),
+            Err(e) => return Ok(Err(e)),
         };
         Ok(self
             .push_connection(RedisConnection { conn })
@@ -124,14 +118,10 @@ impl v2::HostConnection for HostState {
         values: Vec<String>,
     ) -> wasmtime::Result<Result<u32, Error>> {
         let mut conn = connection!(self, connection);
-        Ok(conn.sadd::<_, _, u32>(&key, &values).await.map_err(|e| {
-            // Spin's `type-error`: the key holds another type (the server's WRONGTYPE).
-            if e.code() == Some("WRONGTYPE") || e.kind() == redis::ErrorKind::UnexpectedReturnType {
-                Error::TypeError
-            } else {
-                other(e)
-            }
-        }))
+        Ok(conn
+            .sadd::<_, _, u32>(&key, &values)
+            .await
+            .map_err(type_error_or_other))
     }
 
     async fn smembers(
@@ -160,40 +150,70 @@ impl v2::HostConnection for HostState {
         arguments: Vec<RedisParameter>,
     ) -> wasmtime::Result<Result<Vec<RedisResult>, Error>> {
         let mut conn = connection!(self, connection);
-        let mut cmd = redis::cmd(&command);
-        for arg in &arguments {
-            match arg {
-                RedisParameter::Int64(v) => cmd.arg(v),
-                RedisParameter::Binary(v) => cmd.arg(v),
-            };
-        }
-        let results = match cmd.query_async::<Results>(&mut conn).await {
-            Ok(r) => r.0,
-            Err(e) => return Ok(Err(other(e))),
-        };
-        let size: usize = results
-            .iter()
-            .map(|r| {
-                std::mem::size_of::<RedisResult>()
-                    + match r {
-                        RedisResult::Binary(b) => b.len(),
-                        RedisResult::Status(s) => s.len(),
-                        _ => 0,
-                    }
-            })
-            .sum();
-        if size > super::sqlite::MAX_RESULT_BYTES {
-            return Ok(Err(Error::Other(format!(
-                "query result exceeds limit of {} bytes",
-                super::sqlite::MAX_RESULT_BYTES
-            ))));
-        }
-        Ok(Ok(results))
+        Ok(execute(&mut conn, &command, &arguments).await)
     }
 
     async fn drop(&mut self, connection: Resource<RedisConnection>) -> wasmtime::Result<()> {
         self.drop_connection(connection)
     }
+}
+
+/// Runs `command` with `arguments`; the reply flattened into Spin's result list, at most
+/// [`super::sqlite::MAX_RESULT_BYTES`] of it.
+async fn execute(
+    conn: &mut MultiplexedConnection,
+    command: &str,
+    arguments: &[RedisParameter],
+) -> Result<Vec<RedisResult>, Error> {
+    let mut cmd = redis::cmd(command);
+    for arg in arguments {
+        match arg {
+            RedisParameter::Int64(v) => cmd.arg(v),
+            RedisParameter::Binary(v) => cmd.arg(v),
+        };
+    }
+    let results = cmd.query_async::<Results>(conn).await.map_err(other)?.0;
+    let size: usize = results
+        .iter()
+        .map(|r| {
+            std::mem::size_of::<RedisResult>()
+                + match r {
+                    RedisResult::Binary(b) => b.len(),
+                    RedisResult::Status(s) => s.len(),
+                    _ => 0,
+                }
+        })
+        .sum();
+    if size > super::sqlite::MAX_RESULT_BYTES {
+        return Err(Error::Other(format!(
+            "query result exceeds limit of {} bytes",
+            super::sqlite::MAX_RESULT_BYTES
+        )));
+    }
+    Ok(results)
+}
+
+/// Spin's `type-error` for a command on a key holding another type (the server's
+/// WRONGTYPE), else `other`.
+fn type_error_or_other(e: redis::RedisError) -> Error {
+    if e.code() == Some("WRONGTYPE") || e.kind() == redis::ErrorKind::UnexpectedReturnType {
+        Error::TypeError
+    } else {
+        other(e)
+    }
+}
+
+/// Connects to `address` for the component, if its `allowed_outbound_hosts` has it (else
+/// `invalid-address`, as in Spin).
+async fn connect(allowed: bool, address: &str) -> Result<MultiplexedConnection, Error> {
+    if !allowed {
+        return Err(Error::InvalidAddress);
+    }
+    let client = redis::Client::open(address).map_err(|_| Error::InvalidAddress)?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(other)
 }
 
 /// A command's reply flattened into Spin's result list (nested arrays and sets are
@@ -235,4 +255,138 @@ impl FromRedisValue for Results {
         append(&mut out, value)?;
         Ok(Results(out))
     }
+}
+
+// ---- spin:redis/redis@3.0.0 (Spin 4) ----
+//
+// The `async func` form of `fermyon:spin/redis@2.0.0`: the same allow-list check, commands,
+// reply mapping and errors (its types are 2.0.0's, case for case).
+
+mod v3 {
+    use redis::aio::MultiplexedConnection;
+    use redis::AsyncCommands as _;
+    use wasmtime::component::Resource;
+
+    use super::{other, type_error_or_other, Error, RedisConnection, RedisParameter, RedisResult};
+    use crate::host::{with_host, Accessor};
+
+    pub(super) type Conn = Resource<RedisConnection>;
+    type R<T> = wasmtime::Result<Result<T, Error>>;
+
+    /// The guest connection's multiplexed handle, or the call's `Err` result.
+    macro_rules! conn {
+        ($acc:expr, $this:expr) => {
+            match with_host($acc, |h| h.redis(&$this)) {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(e)),
+            }
+        };
+    }
+
+    pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
+        let allowed = with_host(acc, |h| h.outbound_allowed(&address, "redis"));
+        let conn: MultiplexedConnection = match super::connect(allowed, &address).await {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(with_host(acc, |h| {
+            h.push_connection(RedisConnection { conn })
+                .map_err(|_| Error::TooManyConnections)
+        }))
+    }
+
+    pub(super) async fn publish(
+        acc: &Accessor,
+        this: Conn,
+        channel: String,
+        payload: Vec<u8>,
+    ) -> R<()> {
+        let mut c = conn!(acc, this);
+        Ok(c.publish::<_, _, ()>(&channel, &payload)
+            .await
+            .map_err(other))
+    }
+
+    pub(super) async fn get(acc: &Accessor, this: Conn, key: String) -> R<Option<Vec<u8>>> {
+        let mut c = conn!(acc, this);
+        Ok(c.get::<_, Option<Vec<u8>>>(&key).await.map_err(other))
+    }
+
+    pub(super) async fn set(acc: &Accessor, this: Conn, key: String, value: Vec<u8>) -> R<()> {
+        let mut c = conn!(acc, this);
+        Ok(c.set::<_, _, ()>(&key, &value).await.map_err(other))
+    }
+
+    pub(super) async fn incr(acc: &Accessor, this: Conn, key: String) -> R<i64> {
+        let mut c = conn!(acc, this);
+        Ok(c.incr::<_, _, i64>(&key, 1).await.map_err(other))
+    }
+
+    pub(super) async fn del(acc: &Accessor, this: Conn, keys: Vec<String>) -> R<u32> {
+        let mut c = conn!(acc, this);
+        Ok(c.del::<_, u32>(&keys).await.map_err(other))
+    }
+
+    pub(super) async fn sadd(
+        acc: &Accessor,
+        this: Conn,
+        key: String,
+        values: Vec<String>,
+    ) -> R<u32> {
+        let mut c = conn!(acc, this);
+        Ok(c.sadd::<_, _, u32>(&key, &values)
+            .await
+            .map_err(type_error_or_other))
+    }
+
+    pub(super) async fn smembers(acc: &Accessor, this: Conn, key: String) -> R<Vec<String>> {
+        let mut c = conn!(acc, this);
+        Ok(c.smembers::<_, Vec<String>>(&key).await.map_err(other))
+    }
+
+    pub(super) async fn srem(
+        acc: &Accessor,
+        this: Conn,
+        key: String,
+        values: Vec<String>,
+    ) -> R<u32> {
+        let mut c = conn!(acc, this);
+        Ok(c.srem::<_, _, u32>(&key, &values).await.map_err(other))
+    }
+
+    pub(super) async fn execute(
+        acc: &Accessor,
+        this: Conn,
+        command: String,
+        arguments: Vec<RedisParameter>,
+    ) -> R<Vec<RedisResult>> {
+        let mut c = conn!(acc, this);
+        Ok(super::execute(&mut c, &command, &arguments).await)
+    }
+}
+
+/// Adds `spin:redis/redis@3.0.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    use v3::Conn;
+    const INTERFACE: &str = "redis";
+    let mut inst = linker.instance("spin:redis/redis@3.0.0")?;
+    host_resource!(
+        inst,
+        "connection",
+        RedisConnection,
+        HostState::drop_connection
+    );
+    async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
+    async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, channel: String, payload: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]connection.get", v3::get, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.set", v3::set, (this: Conn, key: String, value: Vec<u8>));
+    async_func!(inst, INTERFACE, "[method]connection.incr", v3::incr, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.del", v3::del, (this: Conn, keys: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.sadd", v3::sadd, (this: Conn, key: String, values: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.smembers", v3::smembers, (this: Conn, key: String));
+    async_func!(inst, INTERFACE, "[method]connection.srem", v3::srem, (this: Conn, key: String, values: Vec<String>));
+    async_func!(inst, INTERFACE, "[method]connection.execute", v3::execute, (this: Conn, command: String, arguments: Vec<RedisParameter>));
+    Ok(())
 }

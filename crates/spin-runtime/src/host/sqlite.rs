@@ -384,3 +384,104 @@ impl v2::HostConnection for HostState {
         self.sqlite_drop(connection.rep())
     }
 }
+
+// ---- spin:sqlite/sqlite@3.1.0 (Spin 4) ----
+//
+// 3.0.0's functions, plus `async func` forms of each (`open-async`, `execute-async`,
+// `last-insert-rowid-async`, `changes-async`) with the same rules and errors; the types are
+// 3.0.0's. `execute-async` returns the columns and a stream of the rows (read under the same
+// byte cap as `execute`), and a future resolving once they are all delivered.
+
+mod v3_1 {
+    use wasmtime::component::{FutureReader, Resource, StreamReader};
+
+    use super::v3::{self, HostConnection as _};
+    use super::HostState;
+    use crate::host::{stream_and_future, with_host, Accessor};
+
+    pub(super) type Conn = Resource<v3::Connection>;
+    type Opened = wasmtime::Result<Result<Conn, v3::Error>>;
+    type Rows = (
+        Vec<String>,
+        StreamReader<v3::RowResult>,
+        FutureReader<Result<(), v3::Error>>,
+    );
+
+    pub(super) fn open(h: &mut HostState, database: String) -> Opened {
+        h.open(database)
+    }
+
+    pub(super) fn execute(
+        h: &mut HostState,
+        this: Conn,
+        statement: String,
+        parameters: Vec<v3::Value>,
+    ) -> wasmtime::Result<Result<v3::QueryResult, v3::Error>> {
+        h.execute(this, statement, parameters)
+    }
+
+    pub(super) fn last_insert_rowid(h: &mut HostState, this: Conn) -> wasmtime::Result<i64> {
+        h.last_insert_rowid(this)
+    }
+
+    pub(super) fn changes(h: &mut HostState, this: Conn) -> wasmtime::Result<u64> {
+        h.changes(this)
+    }
+
+    pub(super) fn drop(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
+        h.sqlite_drop(this.rep())
+    }
+
+    pub(super) async fn open_async(acc: &Accessor, database: String) -> Opened {
+        with_host(acc, |h| h.open(database))
+    }
+
+    pub(super) async fn execute_async(
+        acc: &Accessor,
+        this: Conn,
+        statement: String,
+        parameters: Vec<v3::Value>,
+    ) -> wasmtime::Result<Result<Rows, v3::Error>> {
+        let conn = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
+            Ok(conn) => conn,
+            Err(e) => return Ok(Err(e)),
+        };
+        match super::execute(&conn, &statement, parameters) {
+            Ok(result) => {
+                let (rows, done) = stream_and_future(acc, result.rows, Ok(()))?;
+                Ok(Ok((result.columns, rows, done)))
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    pub(super) async fn last_insert_rowid_async(
+        acc: &Accessor,
+        this: Conn,
+    ) -> wasmtime::Result<i64> {
+        with_host(acc, |h| h.last_insert_rowid(this))
+    }
+
+    pub(super) async fn changes_async(acc: &Accessor, this: Conn) -> wasmtime::Result<u64> {
+        with_host(acc, |h| h.changes(this))
+    }
+}
+
+/// Adds `spin:sqlite/sqlite@3.1.0`.
+pub(super) fn add_spin4_to_linker(
+    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+) -> anyhow::Result<()> {
+    use v3_1::Conn;
+    const INTERFACE: &str = "sqlite";
+    let mut inst = linker.instance("spin:sqlite/sqlite@3.1.0")?;
+    host_resource!(inst, "connection", SqliteConnection, v3_1::drop);
+    sync_func!(inst, INTERFACE, "[static]connection.open", v3_1::open, (database: String));
+    sync_func!(inst, INTERFACE, "[method]connection.execute", v3_1::execute, (this: Conn, statement: String, parameters: Vec<v3::Value>));
+    sync_func!(inst, INTERFACE, "[method]connection.last-insert-rowid", v3_1::last_insert_rowid, (this: Conn));
+    sync_func!(inst, INTERFACE, "[method]connection.changes", v3_1::changes, (this: Conn));
+    async_func!(inst, INTERFACE, "[static]connection.open-async", v3_1::open_async, (database: String));
+    async_func!(inst, INTERFACE, "[method]connection.execute-async", v3_1::execute_async, (this: Conn, statement: String, parameters: Vec<v3::Value>));
+    async_func!(inst, INTERFACE, "[method]connection.last-insert-rowid-async", v3_1::last_insert_rowid_async, (this: Conn));
+    async_func!(inst, INTERFACE, "[method]connection.changes-async", v3_1::changes_async, (this: Conn));
+    Ok(())
+}

@@ -480,3 +480,30 @@ pub fn make_pki(dir: &std::path::Path) {
         );
     }
 }
+
+/// `text` without the `Type::` prefixes wit-bindgen's Debug puts before variant names
+/// (`Error::InvalidAddress` -> `InvalidAddress`), so expectations read like the WIT.
+pub fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+            continue;
+        }
+        if c == ':'
+            && chars.peek() == Some(&':')
+            && word.starts_with(|w: char| w.is_ascii_uppercase())
+        {
+            chars.next();
+            word.clear();
+            continue;
+        }
+        out.push_str(&word);
+        word.clear();
+        out.push(c);
+    }
+    out.push_str(&word);
+    out
+}

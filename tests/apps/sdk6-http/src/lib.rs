@@ -3,7 +3,10 @@
 //! ../../sdk-common/handler.rs: `/hello` greets with the `greeting` variable (the async
 //! `spin:variables/variables@3.0.0` of Spin 4), `/echo/...` returns the path it was given,
 //! `/stream` streams its body in chunks (the guest keeps writing after it returned the
-//! response); anything else is 404 from the app.
+//! response); `/host?op=...` exercises Spin 4's other host interfaces (see [`host`]); anything
+//! else is 404 from the app.
+mod host;
+
 use spin_sdk::http::{IntoResponse, Request, Response};
 use spin_sdk::http_service;
 
@@ -31,6 +34,7 @@ async fn handle(req: Request) -> anyhow::Result<impl IntoResponse> {
             let body: String = (0..1000).map(|i| format!("line {i}\n")).collect();
             (200, body)
         }
+        "/host" => host::run(req.uri().query().unwrap_or("")).await,
         other => (404, format!("sdk={SDK} no route {other}\n")),
     };
     Ok(Response::builder()
