@@ -678,6 +678,74 @@ pub struct ComponentSource {
     pub has_dependencies: bool,
 }
 
+/// An HTTP trigger's middleware composition as the manifest writes it, for a host that
+/// reads sources itself: the trigger's component source and each middleware's (outermost
+/// first), paths relative to the manifest's directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MiddlewareSources {
+    /// `trigger.<type>[<n>]`.
+    pub trigger: String,
+    /// The trigger's component's local source.
+    pub component: String,
+    /// Each middleware's local source and what it inherits.
+    pub middleware: Vec<(String, InheritConfiguration)>,
+}
+
+/// The middleware compositions of manifest `text`'s triggers whose component and every
+/// middleware have local sources (others are left to the runtime, which reports them),
+/// without touching the filesystem. `origin` names the file in errors.
+pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<MiddlewareSources>> {
+    check_version(text, origin)?;
+    let manifest: AppManifest =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+    let local = |id: &str| match manifest.components.get(id).map(|c| &c.source) {
+        Some(SourceToml::Local(p)) => Some(p.clone()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for (trigger_type, list) in manifest.triggers.iter() {
+        for (index, table) in list.iter().enumerate() {
+            let key = format!("trigger.{trigger_type}[{index}]");
+            let Some(deps) = table.get("dependencies") else {
+                continue;
+            };
+            let deps = trigger_dependencies(deps.clone(), origin, &format!("{key}.dependencies"))?;
+            let Some(mw) = deps.get(crate::locked::MIDDLEWARE_KEY) else {
+                continue;
+            };
+            let Some(component) = table
+                .get("component")
+                .and_then(toml::Value::as_str)
+                .and_then(local)
+            else {
+                continue;
+            };
+            let middleware: Option<Vec<_>> = mw
+                .iter()
+                .map(|d| match d {
+                    TriggerDependency::AppComponent {
+                        component,
+                        inherit_configuration,
+                    } => local(component).map(|p| (p, locked_inherit(inherit_configuration))),
+                    TriggerDependency::Local {
+                        path,
+                        inherit_configuration,
+                    } => Some((path.clone(), locked_inherit(inherit_configuration))),
+                    _ => None,
+                })
+                .collect();
+            if let Some(middleware) = middleware {
+                out.push(MiddlewareSources {
+                    trigger: key,
+                    component,
+                    middleware,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The local Wasm sources of manifest `text`'s components (remote and registry sources
 /// are skipped), without touching the filesystem, after checking every `files` entry
 /// stays inside the app. `origin` names the file in errors.

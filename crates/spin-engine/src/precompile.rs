@@ -28,12 +28,19 @@ fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<(String, Vec<u8>)
             let blobs = Dir::open(&app_dir.join(BLOBS_DIR))?;
             for c in &lock.components {
                 let content = &c.source.content;
-                // Inline sources and components with dependencies or middleware (composed
-                // at load) are compiled by the runtime, in memory.
-                if content.inline.is_some()
-                    || !c.dependencies.is_empty()
-                    || !c.trigger_dependencies.is_empty()
-                {
+                // Inline sources and components with dependencies (composed at load) are
+                // compiled by the runtime, in memory.
+                if content.inline.is_some() || !c.dependencies.is_empty() {
+                    continue;
+                }
+                if !c.trigger_dependencies.is_empty() {
+                    // Composed here as the runtime composes it, so its entry is found.
+                    if let Some(composed) = locked_composition(c, &blobs, max)? {
+                        out.push((
+                            format!("component `{}` with its middleware", c.id),
+                            composed,
+                        ));
+                    }
                     continue;
                 }
                 let Some(digest) = content.digest.as_deref() else {
@@ -72,9 +79,70 @@ fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<(String, Vec<u8>)
                     })?;
                 out.push((format!("component `{}`", s.id), bytes));
             }
+            for m in spin_app_format::manifest::middleware_sources(&text, "/spin.toml")? {
+                let read = |path: &str| {
+                    root.read_in_root(Path::new(path), max).with_context(|| {
+                        format!("/spin.toml: {}: middleware source {path}", m.trigger)
+                    })
+                };
+                let primary = read(&m.component)?;
+                let mut parts = Vec::new();
+                for (i, (path, inherit)) in m.middleware.iter().enumerate() {
+                    parts.push((format!("[{i}] {path}"), inherit.into(), read(path)?));
+                }
+                let composed = spin_runtime::middleware::compose(&m.trigger, &primary, &parts)?;
+                out.push((format!("{} with its middleware", m.trigger), composed));
+            }
         }
     }
     Ok(out)
+}
+
+/// A locked component with Spin 4 middleware, composed as the runtime composes it; `None`
+/// when a part is not a layer of the artifact (inline: the runtime composes it in memory).
+fn locked_composition(
+    c: &spin_app_format::LockedComponent,
+    blobs: &Dir,
+    max: u64,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let id = &c.id;
+    let read = |content: &spin_app_format::ContentRef| -> anyhow::Result<Option<Vec<u8>>> {
+        let (None, Some(digest)) = (&content.inline, content.digest.as_deref()) else {
+            return Ok(None);
+        };
+        let hex =
+            digest_hex(digest).with_context(|| format!("component `{id}` of the locked app"))?;
+        let mut bytes = Vec::new();
+        blobs
+            .open_file(Path::new(hex))
+            .with_context(|| format!("component `{id}`: {digest}"))?
+            .take(max + 1)
+            .read_to_end(&mut bytes)?;
+        anyhow::ensure!(
+            bytes.len() as u64 <= max,
+            "component `{id}`: {digest} is over {max} bytes"
+        );
+        Ok(Some(bytes))
+    };
+    let Some(primary) = read(&c.source.content)? else {
+        return Ok(None);
+    };
+    let mut parts = Vec::new();
+    for (i, d) in c
+        .trigger_dependencies
+        .get(spin_app_format::locked::MIDDLEWARE_KEY)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(bytes) = read(&d.source.content)? else {
+            return Ok(None);
+        };
+        parts.push((format!("[{i}]"), (&d.inherit).into(), bytes));
+    }
+    Ok(Some(spin_runtime::middleware::compose(
+        id, &primary, &parts,
+    )?))
 }
 
 /// Compiles each distinct component of `source` into the node cache `cache_dir` (entries
