@@ -156,9 +156,17 @@ fn run_checks_with(c: &Containerd, name: &str, extra: &[String], checks: &[Check
     Ok(())
 }
 
-fn spin_apps() -> [(&'static str, Vec<Check>); 4] {
+fn spin_apps() -> [(&'static str, Vec<Check>); 5] {
     [
         ("spin-hello", vec![("/hello", 200, "component=hello")]),
+        // Spin 4 middleware: the composition from the artifact's layers (or the rootfs).
+        (
+            "mw-app",
+            vec![
+                ("/hello", 200, "SDK=6 ROUTE=/HELLO GREETING=HELLO FROM SPIN-SDK 6"),
+                ("/echo/a/b", 200, "sdk=6 route=/echo path=/a/b"),
+            ],
+        ),
         ("spin-kv", vec![("/kv/absent-key", 404, "")]),
         (
             "spin-files",
