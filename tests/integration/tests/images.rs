@@ -163,7 +163,11 @@ fn spin_apps() -> [(&'static str, Vec<Check>); 5] {
         (
             "mw-app",
             vec![
-                ("/hello", 200, "SDK=6 ROUTE=/HELLO GREETING=HELLO FROM SPIN-SDK 6"),
+                (
+                    "/hello",
+                    200,
+                    "SDK=6 ROUTE=/HELLO GREETING=HELLO FROM SPIN-SDK 6",
+                ),
                 ("/echo/a/b", 200, "sdk=6 route=/echo path=/a/b"),
             ],
         ),
