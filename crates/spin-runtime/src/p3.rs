@@ -256,13 +256,7 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
     let mut vars = linker.instance("spin:variables/variables@3.0.0")?;
     vars.func_wrap_concurrent("get", |accessor, (name,): (String,)| {
         use tracing::Instrument as _;
-        // The span of a host call, as bindgen!'s `tracing` flag makes it (see host/mod.rs).
-        let span = tracing::span!(
-            tracing::Level::TRACE,
-            "wit-bindgen import",
-            module = "variables",
-            function = "get"
-        );
+        let span = crate::host::import_span("variables", "get");
         Box::pin(
             async move {
                 let result = accessor.with(|mut access| {

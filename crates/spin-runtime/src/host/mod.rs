@@ -25,6 +25,17 @@
 // function's name), so it is exported like the Spin 3 forms' (see otel-export's
 // `HOST_CALL_SPAN`).
 
+/// The span of one host call of a Spin 4 interface: the one `bindgen!`'s `tracing` flag makes
+/// for the Spin 3 forms (see above).
+pub(crate) fn import_span(module: &'static str, function: &'static str) -> tracing::Span {
+    tracing::span!(
+        tracing::Level::TRACE,
+        "wit-bindgen import",
+        module = module,
+        function = function
+    )
+}
+
 /// Defines the WIT `async func` `$name` of interface `$module` in linker instance `$inst`
 /// as a concurrent host function: `$f(accessor, args...)` is awaited and its
 /// `wasmtime::Result<R>` becomes the function's one result `R` (an `Err` traps).
@@ -36,12 +47,7 @@ macro_rules! async_func {
             move |acc: &wasmtime::component::Accessor<crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = tracing::span!(
-                    tracing::Level::TRACE,
-                    "wit-bindgen import",
-                    module = module,
-                    function = $name
-                );
+                let span = crate::host::import_span(module, $name);
                 Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) }.instrument(span))
             },
         )?
@@ -57,12 +63,7 @@ macro_rules! sync_func {
             $name,
             move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
-                let span = tracing::span!(
-                    tracing::Level::TRACE,
-                    "wit-bindgen import",
-                    module = module,
-                    function = $name
-                );
+                let span = crate::host::import_span(module, $name);
                 let _entered = span.enter();
                 Ok(($f(&mut store.data_mut().host, $($arg),*)?,))
             },
@@ -80,12 +81,7 @@ macro_rules! blocking_func {
             move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = tracing::span!(
-                    tracing::Level::TRACE,
-                    "wit-bindgen import",
-                    module = module,
-                    function = $name
-                );
+                let span = crate::host::import_span(module, $name);
                 Box::new(
                     async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) }
                         .instrument(span),
