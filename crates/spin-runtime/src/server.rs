@@ -97,7 +97,7 @@ async fn handle(
     if let Some(sr) = &route.static_response {
         return static_response(sr);
     }
-    let Some(component) = app.components.get(&route.component).cloned() else {
+    let Some(component) = app.component(&route.component) else {
         tracing::error!(component = %route.component, "routed to a component that is not loaded");
         return empty(StatusCode::INTERNAL_SERVER_ERROR);
     };
@@ -254,7 +254,7 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = spawn_guest(async move {
+    let guest = Box::pin(async move {
         let end = {
             let run = async {
                 match pre {
@@ -284,10 +284,9 @@ where
         };
         task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
     });
-    match receiver.await {
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(code)) => Err(anyhow!("component returned error {code:?}").into()),
-        Err(_) => no_response(task).await,
+    match drive_until_response(guest, receiver).await? {
+        Ok(resp) => Ok(resp),
+        Err(code) => Err(anyhow!("component returned error {code:?}").into()),
     }
 }
 
@@ -297,13 +296,103 @@ enum P2Handler {
     Rc(crate::wasi_rc::http::ProxyPre<crate::InstanceState>),
 }
 
-/// Spawns a request's guest task inside the request's span (its host calls are children).
-fn spawn_guest<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+/// A request's guest: instantiation, the handler call and whatever the guest does after
+/// it set the response (writing the body, trailers, its own tasks), up to the deadline.
+type Guest = std::pin::Pin<Box<dyn Future<Output = Result<(), CallError>> + Send + 'static>>;
+
+/// Runs `guest` in the request's own task (no task spawn, no cross-thread wake) until it
+/// sets its response; the response's body then keeps driving the guest ([`DrivenBody`]), so
+/// a guest streaming its body is polled exactly when hyper wants more of it. A guest that
+/// ends without a response gives its error.
+async fn drive_until_response<T>(
+    mut guest: Guest,
+    mut receiver: tokio::sync::oneshot::Receiver<Result<Response<HyperOutgoingBody>, T>>,
+) -> Result<Result<Response<HyperOutgoingBody>, T>, CallError> {
+    let first = tokio::select! {
+        biased;
+        r = &mut receiver => Ok(r),
+        end = &mut guest => Err(end),
+    };
+    match first {
+        Ok(Ok(Ok(resp))) => {
+            let (parts, body) = resp.into_parts();
+            let body = DrivenBody {
+                inner: body,
+                guest: Some(guest.instrument(tracing::Span::current())),
+            };
+            Ok(Ok(Response::from_parts(parts, body.boxed_unsync())))
+        }
+        Ok(Ok(Err(code))) => {
+            finish_detached(guest);
+            Ok(Err(code))
+        }
+        // The sender is dropped only with the guest's store, i.e. when the guest ended.
+        Ok(Err(_)) => no_response(guest.await),
+        Err(end) => match receiver.try_recv() {
+            Ok(r) => Ok(r),
+            Err(_) => no_response(end),
+        },
+    }
+}
+
+/// Lets a guest that already answered run to its end on its own task.
+fn finish_detached<F>(guest: F)
 where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
+    F: Future<Output = Result<(), CallError>> + Send + 'static,
 {
-    tokio::task::spawn(task.instrument(tracing::Span::current()))
+    tokio::task::spawn(async move {
+        if let Err(CallError::Failed(e)) = guest.await {
+            tracing::error!("component failed after sending its response: {e:#}");
+        }
+    });
+}
+
+pin_project_lite::pin_project! {
+    /// A guest's response body that also polls the guest itself, which writes it. When the
+    /// body is dropped (sent, or the client went away) before the guest ended, the guest
+    /// goes on alone, as it would have in a task of its own.
+    struct DrivenBody {
+        #[pin]
+        inner: HyperOutgoingBody,
+        guest: Option<tracing::instrument::Instrumented<Guest>>,
+    }
+
+    impl PinnedDrop for DrivenBody {
+        fn drop(this: Pin<&mut Self>) {
+            if let Some(guest) = this.project().guest.take() {
+                finish_detached(guest);
+            }
+        }
+    }
+}
+
+impl hyper::body::Body for DrivenBody {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        if let Some(guest) = this.guest.as_mut() {
+            if let std::task::Poll::Ready(end) = std::pin::Pin::new(guest).poll(cx) {
+                *this.guest = None;
+                if let Err(CallError::Failed(e)) = end {
+                    tracing::error!("component failed while writing its response: {e:#}");
+                }
+            }
+        }
+        this.inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Runs a guest task to its end or to the request deadline, whichever comes first.
@@ -362,17 +451,14 @@ fn task_end(
     }
 }
 
-/// The error of a request whose guest task ended without sending a response.
-async fn no_response<T>(
-    task: tokio::task::JoinHandle<Result<(), CallError>>,
-) -> Result<T, CallError> {
-    match task.await {
-        Ok(Ok(())) => Err(anyhow!("component did not set a response").into()),
-        Ok(Err(CallError::Deadline)) => Err(CallError::Deadline),
-        Ok(Err(CallError::Failed(e))) => Err(CallError::Failed(
+/// The error of a request whose guest ended (`end`) without sending a response.
+fn no_response<T>(end: Result<(), CallError>) -> Result<T, CallError> {
+    match end {
+        Ok(()) => Err(anyhow!("component did not set a response").into()),
+        Err(CallError::Deadline) => Err(CallError::Deadline),
+        Err(CallError::Failed(e)) => Err(CallError::Failed(
             e.context("component trapped before sending a response"),
         )),
-        Err(e) => Err(anyhow!(e).into()),
     }
 }
 
@@ -398,7 +484,7 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
-    let task = spawn_guest(async move {
+    let guest = Box::pin(async move {
         let end = {
             let run = async {
                 let service = pre.instantiate_async(&mut store).await?;
@@ -435,10 +521,9 @@ where
         };
         task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
     });
-    match receiver.await {
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(code)) => Err(anyhow!("component returned error {code}").into()),
-        Err(_) => no_response(task).await,
+    match drive_until_response(guest, receiver).await? {
+        Ok(resp) => Ok(resp),
+        Err(code) => Err(anyhow!("component returned error {code}").into()),
     }
 }
 
