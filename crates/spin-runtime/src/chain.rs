@@ -91,7 +91,7 @@ impl ChainSlot {
                 "service chaining: the app is not serving".into(),
             )));
         };
-        let Some(component) = app.components.get(target).cloned() else {
+        let Some(component) = app.component(target) else {
             tracing::error!(
                 "service chaining request to http://{target}.{SERVICE_CHAINING_DOMAIN}: the app has no HTTP component `{target}`"
             );

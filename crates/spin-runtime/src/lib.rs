@@ -31,6 +31,7 @@ pub mod routing;
 pub mod runtime;
 pub mod server;
 mod state;
+pub mod tier;
 pub mod trigger;
 pub mod wasi_rc;
 
@@ -183,7 +184,9 @@ pub async fn run_triggers(
     } else {
         None
     };
-    trigger::run(Arc::new(loaded), config, listener, args, on_ready, shutdown).await
+    let loaded = Arc::new(loaded);
+    tier::start(&loaded);
+    trigger::run(loaded, config, listener, args, on_ready, shutdown).await
 }
 
 /// Turns off the capture of library backtraces (`std::backtrace::Backtrace::capture`, used

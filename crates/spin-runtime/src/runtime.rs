@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -84,6 +86,8 @@ pub struct RuntimeConfig {
     pub staging_dir: Option<PathBuf>,
     /// Where to serve Prometheus metrics ([`crate::metrics::METRICS_ADDR_ENV`]); `None`: off.
     pub metrics_addr: Option<SocketAddr>,
+    /// When a component the compile cache misses starts on baseline code ([`crate::tier`]).
+    pub tiering: crate::tier::TieringConfig,
 }
 
 fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -128,8 +132,10 @@ impl RuntimeConfig {
                 )
             })?),
         };
+        let tiering = crate::tier::TieringConfig::from_lookup(|k| lookup(env, k))?;
         Ok(RuntimeConfig {
             metrics_addr,
+            tiering,
             listen,
             max_instance_memory,
             limits,
@@ -175,27 +181,41 @@ pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'sta
         engine
     });
     if created {
-        // As Spin's engine: one tick per 10 ms; guests yield at every tick.
-        std::thread::Builder::new()
-            .name("epoch-ticker".into())
-            .spawn(move || loop {
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            })
-            .context("cannot start the epoch ticker thread")?;
+        start_epoch_ticker(engine, "epoch-ticker")?;
     }
     Ok(engine)
 }
 
-/// An engine with the runtime's configuration; `pooling` only changes how instances are
-/// allocated, never the compiled code (so both produce interchangeable artifacts).
-pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
+/// The runtime's engine configuration without an instance allocator: component model
+/// (with async), epoch interruption. The compiler is the default (Cranelift);
+/// [`crate::tier`] switches it to Winch for its baseline engine.
+pub(crate) fn engine_config() -> wasmtime::Config {
     let mut config = wasmtime::Config::new();
     config.wasm_component_model(true);
     // Spin 4 (WASIp3) components: async lifts and lowers, streams and futures. Wasmtime 48
     // enables it by default; set here because the runtime depends on it.
     config.wasm_component_model_async(true);
     config.epoch_interruption(true);
+    config
+}
+
+/// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`] (as Spin's engine:
+/// guests yield at every tick).
+pub(crate) fn start_epoch_ticker(engine: &'static Engine, name: &str) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || loop {
+            std::thread::sleep(EPOCH_TICK);
+            engine.increment_epoch();
+        })
+        .context("cannot start the epoch ticker thread")?;
+    Ok(())
+}
+
+/// An engine with the runtime's configuration; `pooling` only changes how instances are
+/// allocated, never the compiled code (so both produce interchangeable artifacts).
+pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
+    let mut config = engine_config();
     if pooling {
         let mut pool = wasmtime::PoolingAllocationConfig::default();
         if let Some(max) = max_memory {
@@ -269,6 +289,9 @@ pub struct LoadStats {
     pub compiled: usize,
     /// Distinct Wasm binaries loaded from the compile cache.
     pub cache_hits: usize,
+    /// Of the compiled ones, those compiled with the baseline compiler (Winch), to be
+    /// compiled with Cranelift in the background ([`crate::tier`]).
+    pub baseline: usize,
 }
 
 /// An app loaded onto the engine, ready to serve.
@@ -276,7 +299,8 @@ pub struct LoadedApp {
     /// The app model.
     pub app: Arc<App>,
     pub(crate) router: Router,
-    pub(crate) components: HashMap<String, Arc<PreparedComponent>>,
+    /// Each component's current code: swapped once when tiered compilation finishes.
+    pub(crate) components: HashMap<String, ArcSwap<PreparedComponent>>,
     max_instance_memory: Option<usize>,
     pub(crate) limits: Limits,
     /// What loading did.
@@ -285,6 +309,8 @@ pub struct LoadedApp {
     pub(crate) chain: Arc<crate::chain::ChainSlot>,
     /// Prometheus metrics, when [`crate::metrics::METRICS_ADDR_ENV`] is set.
     pub(crate) metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Components serving on baseline code, for [`crate::tier::start`].
+    tier_up: std::sync::Mutex<Option<crate::tier::TierUp>>,
     _staging: Vec<StagingDir>,
 }
 
@@ -308,12 +334,10 @@ impl LoadedApp {
             crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
         )?;
         let router = Router::build(&app.http_triggers)?;
-        let mut linker: Linker<InstanceState> = Linker::new(engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-        crate::p3::add_to_linker(&mut linker)?;
-        crate::wasi_rc::add_to_linker(&mut linker)?;
-        host::add_to_linker(&mut linker)?;
+        let mut linker = new_linker(engine)?;
+        // The baseline engine's linker, made when a first component starts on it.
+        let mut baseline_linker: Option<Linker<InstanceState>> = None;
+        let mut pending = Vec::new();
 
         let mut stats = LoadStats::default();
         let chain = Arc::new(crate::chain::ChainSlot::default());
@@ -325,13 +349,12 @@ impl LoadedApp {
             .iter()
             .map(|t| t.component.as_str())
             .collect();
+        let event_components: std::collections::HashSet<&str> =
+            app.event_triggers.components().map(|(_, _, c)| c).collect();
         // As Spin's trigger executors: only components a trigger uses are loaded (others,
         // such as middleware listed as app components, may not link on their own).
-        let used: std::collections::HashSet<&str> = http_components
-            .iter()
-            .copied()
-            .chain(app.event_triggers.components().map(|(_, _, c)| c))
-            .collect();
+        let used: std::collections::HashSet<&str> =
+            http_components.union(&event_components).copied().collect();
         for component in app.components.values() {
             if !used.contains(component.id.as_str()) {
                 tracing::debug!(component = %component.id, "not used by any trigger: not loaded");
@@ -347,35 +370,56 @@ impl LoadedApp {
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
                 None => {
-                    let (c, outcome) =
-                        compile(engine, config.compile_cache.as_ref(), &bytes, &component.id)?;
-                    match outcome {
-                        Outcome::Hit => stats.cache_hits += 1,
-                        Outcome::Miss => stats.compiled += 1,
-                    }
+                    let baseline = config.tiering.applies(bytes.len())
+                        && !event_components.contains(component.id.as_str())
+                        && !config
+                            .compile_cache
+                            .as_ref()
+                            .is_some_and(|c| c.entry_path(engine, &bytes).is_file());
+                    let c = if baseline {
+                        let t0 = std::time::Instant::now();
+                        let base = crate::tier::baseline_engine()?;
+                        let c =
+                            crate::compile_cache::compile_component(base, &bytes, &component.id)?;
+                        tracing::info!(
+                            component = %component.id,
+                            ms = t0.elapsed().as_millis() as u64,
+                            "not in the compile cache: compiled with the baseline compiler \
+                             (Winch) to serve now; Cranelift compiles it in the background"
+                        );
+                        stats.compiled += 1;
+                        stats.baseline += 1;
+                        c
+                    } else {
+                        let (c, outcome) =
+                            compile(engine, config.compile_cache.as_ref(), &bytes, &component.id)?;
+                        match outcome {
+                            Outcome::Hit => stats.cache_hits += 1,
+                            Outcome::Miss => stats.compiled += 1,
+                        }
+                        c
+                    };
                     compiled.insert(digest, c.clone());
                     c
                 }
             };
-            let http = http_components.contains(component.id.as_str());
-            if http {
-                check_exports(engine, &wasm, &component.id)?;
+            let on_baseline = !Engine::same(wasm.engine(), engine);
+            if on_baseline {
+                pending.push(crate::tier::Pending {
+                    id: component.id.clone(),
+                    bytes: bytes.to_vec(),
+                });
             }
-            if !component.middleware.is_empty() {
-                crate::middleware::define_denied(&mut linker, engine, &wasm)?;
-            }
-            let instance_pre =
-                linker.instantiate_pre(&wasm).map_err(|e| {
-                    match host::link_error(engine, &wasm, &component.id) {
-                        Some(msg) => anyhow!("{msg}"),
-                        None => anyhow!("component `{}` cannot be linked: {e:#}", component.id),
-                    }
-                })?;
-            let pre = if http {
-                Some(http_pre(&instance_pre, &component.id)?)
+            let code_linker = if on_baseline {
+                match &mut baseline_linker {
+                    Some(l) => l,
+                    None => baseline_linker.insert(new_linker(wasm.engine())?),
+                }
             } else {
-                None
+                &mut linker
             };
+            let http = http_components.contains(component.id.as_str());
+            let (instance_pre, pre) = link(code_linker, &wasm, &component.id, http)?;
             let (preopens, dir) = prepare_files(component, config)?;
             staging.extend(dir);
             let mut host = HostState::new(component, &app, &config.host)
@@ -383,7 +427,7 @@ impl LoadedApp {
             host.chain = chain.clone();
             components.insert(
                 component.id.clone(),
-                Arc::new(PreparedComponent {
+                ArcSwap::from_pointee(PreparedComponent {
                     id: component.id.clone(),
                     pre,
                     instance_pre,
@@ -397,13 +441,22 @@ impl LoadedApp {
                 }),
             );
         }
+        if stats.compiled > 0 {
+            crate::tier::release_freed_memory();
+        }
         tracing::info!(
             app = %app.name,
             components = components.len(),
             compiled = stats.compiled,
             cache_hits = stats.cache_hits,
+            baseline = stats.baseline,
             "app loaded"
         );
+        let tier_up = (!pending.is_empty()).then(|| crate::tier::TierUp {
+            linker,
+            cache: config.compile_cache.clone(),
+            pending,
+        });
         Ok(LoadedApp {
             app: Arc::new(app),
             router,
@@ -413,8 +466,47 @@ impl LoadedApp {
             stats,
             chain,
             metrics: None,
+            tier_up: std::sync::Mutex::new(tier_up),
             _staging: staging,
         })
+    }
+
+    /// The components waiting for Cranelift code, once ([`crate::tier::start`]).
+    pub(crate) fn take_tier_up(&self) -> Option<crate::tier::TierUp> {
+        self.tier_up
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Replaces component `id`'s code with `wasm` (linked with `linker`); requests that
+    /// start afterwards run it. Its files, environment and host state stay as they are.
+    pub(crate) fn swap_code(
+        &self,
+        id: &str,
+        linker: &mut Linker<InstanceState>,
+        wasm: &WasmComponent,
+    ) -> anyhow::Result<()> {
+        let slot = self
+            .components
+            .get(id)
+            .ok_or_else(|| anyhow!("component `{id}` is not loaded"))?;
+        let old = slot.load_full();
+        let (instance_pre, pre) = link(linker, wasm, id, old.pre.is_some())?;
+        slot.store(Arc::new(PreparedComponent {
+            id: old.id.clone(),
+            pre,
+            instance_pre,
+            env: old.env.clone(),
+            preopens: old.preopens.clone(),
+            host: old.host.clone(),
+        }));
+        Ok(())
+    }
+
+    /// Component `id`'s current code and state.
+    pub(crate) fn component(&self, id: &str) -> Option<Arc<PreparedComponent>> {
+        self.components.get(id).map(|c| c.load_full())
     }
 
     /// A fresh store for one request to `component`.
@@ -524,6 +616,45 @@ fn http_pre(instance_pre: &InstancePre<InstanceState>, id: &str) -> anyhow::Resu
             )
         }
     }
+}
+
+/// A linker with every host interface the runtime offers, for `engine`.
+fn new_linker(engine: &Engine) -> anyhow::Result<Linker<InstanceState>> {
+    let mut linker: Linker<InstanceState> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    crate::p3::add_to_linker(&mut linker)?;
+    crate::wasi_rc::add_to_linker(&mut linker)?;
+    host::add_to_linker(&mut linker)?;
+    Ok(linker)
+}
+
+/// Pre-instantiates `wasm` with `linker` (defining the trapping imports of its middleware
+/// first) and, for an HTTP component (`http`), checks and finds its handler export.
+fn link(
+    linker: &mut Linker<InstanceState>,
+    wasm: &WasmComponent,
+    id: &str,
+    http: bool,
+) -> anyhow::Result<(InstancePre<InstanceState>, Option<HttpPre>)> {
+    let engine = wasm.engine();
+    if http {
+        check_exports(engine, wasm, id)?;
+    }
+    crate::middleware::define_denied(linker, engine, wasm)?;
+    let instance_pre =
+        linker
+            .instantiate_pre(wasm)
+            .map_err(|e| match host::link_error(engine, wasm, id) {
+                Some(msg) => anyhow!("{msg}"),
+                None => anyhow!("component `{id}` cannot be linked: {e:#}"),
+            })?;
+    let pre = if http {
+        Some(http_pre(&instance_pre, id)?)
+    } else {
+        None
+    };
+    Ok((instance_pre, pre))
 }
 
 /// Compiles (or loads from `cache`) a component, or a wasip1 core module made into one.

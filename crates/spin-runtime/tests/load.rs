@@ -67,6 +67,7 @@ fn config(cache: Option<&std::path::Path>, app_dir: &std::path::Path) -> Runtime
         drain_timeout: Duration::from_secs(1),
         staging_dir: None,
         metrics_addr: None,
+        tiering: Default::default(),
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) fn prepare(app: &LoadedApp, args: &[String]) -> anyhow::Result<Option
         );
     }
     let id = &first.config.component;
-    let component = app.components.get(id).cloned().ok_or_else(|| {
+    let component = app.component(id).ok_or_else(|| {
         anyhow!(
             "command trigger `{}`: component `{id}` is not loaded",
             first.id

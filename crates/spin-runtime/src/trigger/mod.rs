@@ -119,9 +119,7 @@ pub(crate) fn find_handler(
     hint: &str,
 ) -> anyhow::Result<Handler> {
     let prepared = app
-        .components
-        .get(component)
-        .cloned()
+        .component(component)
         .ok_or_else(|| anyhow!("{trigger}: component `{component}` is not loaded"))?;
     let wasm = prepared.instance_pre.component();
     let export = match instance {

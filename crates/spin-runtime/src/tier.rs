@@ -1,0 +1,266 @@
+//! Tiered compilation for a first start. A large component the compile cache has no entry
+//! for starts on Winch, wasmtime's baseline compiler (compiles several times faster than
+//! Cranelift; its code runs slower), so that the app answers within about a second instead
+//! of the many seconds Cranelift takes for a 12 MB JavaScript or 40 MB Python component. A
+//! background thread meanwhile compiles the component with Cranelift, stores it in the
+//! compile cache and swaps the new code in: requests that start after the swap run it;
+//! those in flight finish on the baseline code. A later start of the same app loads
+//! Cranelift's code from the cache and never runs the baseline.
+//!
+//! Components that event triggers (Redis, MQTT, cron, command) run are always compiled
+//! with Cranelift before serving: their trigger loops hold on to the code they started
+//! with.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use anyhow::Context as _;
+use wasmtime::component::{Component as WasmComponent, Linker};
+use wasmtime::Engine;
+
+use crate::compile_cache::CompileCache;
+use crate::runtime::LoadedApp;
+use crate::InstanceState;
+
+/// Env var: `0` turns tiering off (a cache miss compiles with Cranelift before serving).
+pub const TIERING_ENV: &str = "SPIN_SHIM_TIERED_COMPILE";
+/// Env var: the size in bytes from which a component starts on the baseline compiler when
+/// the compile cache misses; default [`DEFAULT_MIN_BYTES`].
+pub const MIN_BYTES_ENV: &str = "SPIN_SHIM_TIERED_COMPILE_MIN_BYTES";
+/// Below this size Cranelift compiles a component in well under half a second (a Rust
+/// Spin app: 0.2 MB, about 130 ms), so it is compiled at once.
+pub const DEFAULT_MIN_BYTES: usize = 2 << 20;
+
+/// When a component starts on the baseline compiler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TieringConfig {
+    /// Tiering on at all.
+    pub enabled: bool,
+    /// Smallest component (bytes) that starts on the baseline.
+    pub min_bytes: usize,
+}
+
+impl Default for TieringConfig {
+    fn default() -> Self {
+        TieringConfig {
+            enabled: true,
+            min_bytes: DEFAULT_MIN_BYTES,
+        }
+    }
+}
+
+impl TieringConfig {
+    /// From [`TIERING_ENV`] and [`MIN_BYTES_ENV`] as `lookup` finds them.
+    pub fn from_lookup<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> anyhow::Result<Self> {
+        let enabled = match lookup(TIERING_ENV).map(str::trim) {
+            None | Some("") | Some("1") => true,
+            Some("0") => false,
+            Some(v) => anyhow::bail!("{TIERING_ENV}=`{v}` must be 0 (off) or 1 (on)"),
+        };
+        let min_bytes = match lookup(MIN_BYTES_ENV).map(str::trim) {
+            None | Some("") => DEFAULT_MIN_BYTES,
+            Some(v) => v.parse().map_err(|e| {
+                anyhow::anyhow!("{MIN_BYTES_ENV}=`{v}` must be a number of bytes: {e}")
+            })?,
+        };
+        Ok(TieringConfig { enabled, min_bytes })
+    }
+
+    /// Whether a component of `len` bytes that the cache misses starts on the baseline.
+    pub(crate) fn applies(&self, len: usize) -> bool {
+        self.enabled && len >= self.min_bytes
+    }
+}
+
+/// The process-wide baseline (Winch) engine: the runtime's configuration with Winch as the
+/// compiler and on-demand instance allocation (its instances are few and short-lived, so
+/// it reserves no pool), with its own epoch ticker.
+pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    let mut config = crate::runtime::engine_config();
+    config.strategy(wasmtime::Strategy::Winch);
+    let engine = Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("cannot create the baseline (Winch) engine")?;
+    let mut created = false;
+    let engine = ENGINE.get_or_init(|| {
+        created = true;
+        engine
+    });
+    if created {
+        crate::runtime::start_epoch_ticker(engine, "epoch-baseline")?;
+    }
+    Ok(engine)
+}
+
+/// Gives the memory a compilation freed back to the kernel: glibc keeps freed heap in its
+/// arenas, so without it a process that compiled a 12 MB component at start keeps about
+/// 250 MiB it no longer uses for its whole life.
+pub(crate) fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns unused heap pages; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// A component serving on baseline code, to be compiled with Cranelift.
+pub(crate) struct Pending {
+    /// The app's component id.
+    pub(crate) id: String,
+    /// The Wasm the baseline code was compiled from (middleware already composed).
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// What the background compilation needs: the main engine's linker, the cache to store
+/// into, and the components to compile.
+pub(crate) struct TierUp {
+    pub(crate) linker: Linker<InstanceState>,
+    pub(crate) cache: Option<CompileCache>,
+    pub(crate) pending: Vec<Pending>,
+}
+
+/// Starts the background compilation of `app`'s baseline components, if it has any. The
+/// thread holds the app weakly: an app shut down meanwhile still gets its cache entries
+/// written, and no swap.
+pub(crate) fn start(app: &Arc<LoadedApp>) {
+    let Some(work) = app.take_tier_up() else {
+        return;
+    };
+    let weak = Arc::downgrade(app);
+    let spawned = std::thread::Builder::new()
+        .name("tier-up".into())
+        .spawn(move || run(work, weak));
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the tier-up thread ({e}); components stay on baseline code");
+    }
+}
+
+fn run(work: TierUp, app: Weak<LoadedApp>) {
+    // Serving goes first: the compilation (and the rayon threads it starts) runs at a
+    // lower CPU priority than the request path.
+    // SAFETY: setpriority on this thread's own id; no memory is passed.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
+    let engine = match crate::runtime::engine() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!("tier-up: no engine ({e:#}); components stay on baseline code");
+            return;
+        }
+    };
+    for p in work.pending {
+        let t0 = std::time::Instant::now();
+        let mut linker = work.linker.clone();
+        match compile(engine, work.cache.as_ref(), &p) {
+            Ok(wasm) => {
+                let Some(app) = app.upgrade() else {
+                    tracing::info!(component = %p.id, "tier-up: app already stopped");
+                    return;
+                };
+                let swapped = app.swap_code(&p.id, &mut linker, &wasm);
+                release_freed_memory();
+                match swapped {
+                    Ok(()) => tracing::info!(
+                        component = %p.id,
+                        ms = t0.elapsed().as_millis() as u64,
+                        "compiled with Cranelift in the background; new requests run its code"
+                    ),
+                    Err(e) => tracing::warn!(
+                        component = %p.id,
+                        "tier-up: cannot swap in the Cranelift code, staying on baseline: {e:#}"
+                    ),
+                }
+            }
+            Err(e) => tracing::warn!(
+                component = %p.id,
+                "tier-up: Cranelift compilation failed, staying on baseline code: {e:#}"
+            ),
+        }
+    }
+}
+
+/// Cranelift's code for `p` on `engine`. With a writable cache it is compiled on one
+/// thread by [`serial_engine`] (same compatibility hash as `engine`: the code is the
+/// same), stored, and loaded back from the entry, whose pages are mapped from the file as
+/// on a warm start instead of held in anonymous memory; otherwise compiled on `engine`.
+fn compile(
+    engine: &Engine,
+    cache: Option<&CompileCache>,
+    p: &Pending,
+) -> anyhow::Result<WasmComponent> {
+    if let Some(cache) = cache.filter(|c| !c.is_read_only()) {
+        let serial = serial_engine()?;
+        let (_, outcome) = cache.load_or_compile(serial, &p.bytes, &p.id)?;
+        if cache.entry_path(engine, &p.bytes).is_file() {
+            let (wasm, _) = cache.load_or_compile(engine, &p.bytes, &p.id)?;
+            tracing::debug!(component = %p.id, ?outcome, "tier-up: loaded from the cache entry");
+            return Ok(wasm);
+        }
+    }
+    Ok(match cache {
+        Some(cache) => cache.load_or_compile(engine, &p.bytes, &p.id)?.0,
+        None => crate::compile_cache::compile_component(engine, &p.bytes, &p.id)?,
+    })
+}
+
+/// The runtime's Cranelift configuration compiling on the calling thread only: the
+/// background compilation leaves the other cores to the requests, and holds fewer
+/// functions in flight.
+fn serial_engine() -> anyhow::Result<&'static Engine> {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    let mut config = crate::runtime::engine_config();
+    config.parallel_compilation(false);
+    let e = Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("cannot create the background compilation engine")?;
+    Ok(ENGINE.get_or_init(|| e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_from_env() {
+        let none = |_: &str| None;
+        assert_eq!(
+            TieringConfig::from_lookup(none).unwrap(),
+            TieringConfig::default()
+        );
+        let off = TieringConfig::from_lookup(|k| (k == TIERING_ENV).then_some("0")).unwrap();
+        assert!(!off.enabled);
+        assert!(!off.applies(usize::MAX));
+        let min = TieringConfig::from_lookup(|k| (k == MIN_BYTES_ENV).then_some("10")).unwrap();
+        assert!(min.applies(10) && !min.applies(9));
+        let e = TieringConfig::from_lookup(|k| (k == TIERING_ENV).then_some("yes")).unwrap_err();
+        assert!(e.to_string().contains(TIERING_ENV), "{e}");
+        let e = TieringConfig::from_lookup(|k| (k == MIN_BYTES_ENV).then_some("2M")).unwrap_err();
+        assert!(e.to_string().contains(MIN_BYTES_ENV), "{e}");
+    }
+
+    #[test]
+    fn serial_engine_writes_entries_the_main_engine_loads() {
+        assert_eq!(
+            crate::compile_cache::engine_key(serial_engine().unwrap()),
+            crate::compile_cache::engine_key(&crate::runtime::new_engine(true, None).unwrap()),
+        );
+    }
+
+    #[test]
+    fn baseline_engine_is_winch_and_differs_from_the_main_engine() {
+        let base = baseline_engine().unwrap();
+        let main = crate::runtime::new_engine(false, None).unwrap();
+        assert_ne!(
+            crate::compile_cache::engine_key(base),
+            crate::compile_cache::engine_key(&main),
+            "a baseline artifact must never be mistaken for a Cranelift cache entry"
+        );
+    }
+}
