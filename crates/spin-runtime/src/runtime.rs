@@ -370,12 +370,14 @@ impl LoadedApp {
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
                 None => {
+                    // Only where Cranelift's code can be stored for the next start: in a
+                    // container (read-only cache, entries precompiled by the shim) a miss
+                    // compiles once, in memory, inside the pod's memory limit.
                     let baseline = config.tiering.applies(bytes.len())
                         && !event_components.contains(component.id.as_str())
-                        && !config
-                            .compile_cache
-                            .as_ref()
-                            .is_some_and(|c| c.entry_path(engine, &bytes).is_file());
+                        && config.compile_cache.as_ref().is_some_and(|c| {
+                            !c.is_read_only() && !c.entry_path(engine, &bytes).is_file()
+                        });
                     let c = if baseline {
                         let t0 = std::time::Instant::now();
                         let base = crate::tier::baseline_engine()?;

@@ -9,7 +9,9 @@
 //!
 //! Components that event triggers (Redis, MQTT, cron, command) run are always compiled
 //! with Cranelift before serving: their trigger loops hold on to the code they started
-//! with.
+//! with. Without a writable compile cache (in a container the shim has precompiled every
+//! entry and the cache is read-only) there is no tiering: the baseline and Cranelift's
+//! code would both be held in the pod's memory, and nothing would be stored for later.
 
 use std::sync::{Arc, OnceLock, Weak};
 

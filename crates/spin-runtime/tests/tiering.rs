@@ -123,6 +123,26 @@ fn tiering_off_or_below_the_size_compiles_with_cranelift_before_serving() {
 }
 
 #[test]
+fn a_read_only_cache_never_tiers() {
+    let app = prepare_app("spin-hello");
+    let cache = tempfile::tempdir().unwrap();
+    let env = [
+        ("SPIN_SHIM_TIERED_COMPILE_MIN_BYTES", "0"),
+        ("SPIN_SHIM_COMPILE_CACHE_READONLY", "1"),
+        ("RUST_LOG", "info"),
+    ];
+    let server = Server::start_with_cache(app.path(), &env, cache.path());
+    assert_eq!(server.get("/hello").status, 200);
+    let log = no_ansi(&log_with(&server, "app loaded"));
+    assert!(log.contains("baseline=0"), "{log}");
+    assert!(
+        log.contains("compiled in memory (read-only compile cache)"),
+        "{log}"
+    );
+    assert!(cwasm_entries(cache.path()).is_empty());
+}
+
+#[test]
 fn a_bad_tiering_setting_fails_the_start_naming_it() {
     let app = prepare_app("spin-hello");
     let err = start_failure(app.path(), &[("SPIN_SHIM_TIERED_COMPILE", "fast")]);
