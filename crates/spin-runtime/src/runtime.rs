@@ -410,6 +410,7 @@ impl LoadedApp {
                 pending.push(crate::tier::Pending {
                     id: component.id.clone(),
                     bytes: bytes.to_vec(),
+                    middleware: !component.middleware.is_empty(),
                 });
             }
             let code_linker = if on_baseline {
@@ -421,7 +422,8 @@ impl LoadedApp {
                 &mut linker
             };
             let http = http_components.contains(component.id.as_str());
-            let (instance_pre, pre) = link(code_linker, &wasm, &component.id, http)?;
+            let middleware = !component.middleware.is_empty();
+            let (instance_pre, pre) = link(code_linker, &wasm, &component.id, http, middleware)?;
             let (preopens, dir) = prepare_files(component, config)?;
             staging.extend(dir);
             let mut host = HostState::new(component, &app, &config.host)
@@ -488,13 +490,14 @@ impl LoadedApp {
         id: &str,
         linker: &mut Linker<InstanceState>,
         wasm: &WasmComponent,
+        middleware: bool,
     ) -> anyhow::Result<()> {
         let slot = self
             .components
             .get(id)
             .ok_or_else(|| anyhow!("component `{id}` is not loaded"))?;
         let old = slot.load_full();
-        let (instance_pre, pre) = link(linker, wasm, id, old.pre.is_some())?;
+        let (instance_pre, pre) = link(linker, wasm, id, old.pre.is_some(), middleware)?;
         slot.store(Arc::new(PreparedComponent {
             id: old.id.clone(),
             pre,
@@ -631,19 +634,23 @@ fn new_linker(engine: &Engine) -> anyhow::Result<Linker<InstanceState>> {
     Ok(linker)
 }
 
-/// Pre-instantiates `wasm` with `linker` (defining the trapping imports of its middleware
-/// first) and, for an HTTP component (`http`), checks and finds its handler export.
+/// Pre-instantiates `wasm` with `linker` (first defining, when `middleware` was composed in,
+/// the trapping imports of what it does not inherit) and, for an HTTP component (`http`),
+/// checks and finds its handler export.
 fn link(
     linker: &mut Linker<InstanceState>,
     wasm: &WasmComponent,
     id: &str,
     http: bool,
+    middleware: bool,
 ) -> anyhow::Result<(InstancePre<InstanceState>, Option<HttpPre>)> {
     let engine = wasm.engine();
     if http {
         check_exports(engine, wasm, id)?;
     }
-    crate::middleware::define_denied(linker, engine, wasm)?;
+    if middleware {
+        crate::middleware::define_denied(linker, engine, wasm)?;
+    }
     let instance_pre =
         linker
             .instantiate_pre(wasm)

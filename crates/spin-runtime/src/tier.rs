@@ -114,6 +114,8 @@ pub(crate) struct Pending {
     pub(crate) id: String,
     /// The Wasm the baseline code was compiled from (middleware already composed).
     pub(crate) bytes: Vec<u8>,
+    /// Whether HTTP middleware was composed in (its cut-off imports need defining).
+    pub(crate) middleware: bool,
 }
 
 /// What the background compilation needs: the main engine's linker, the cache to store
@@ -163,7 +165,7 @@ fn run(work: TierUp, app: Weak<LoadedApp>) {
                     tracing::info!(component = %p.id, "tier-up: app already stopped");
                     return;
                 };
-                let swapped = app.swap_code(&p.id, &mut linker, &wasm);
+                let swapped = app.swap_code(&p.id, &mut linker, &wasm, p.middleware);
                 release_freed_memory();
                 match swapped {
                     Ok(()) => tracing::info!(
