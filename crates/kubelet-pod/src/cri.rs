@@ -63,6 +63,9 @@ pub struct ContainerSpec {
     pub cpu_quota: i64,
     /// The pod's `shareProcessNamespace`: the container joins the sandbox's PID namespace.
     pub share_process_namespace: bool,
+    /// CPUs the container may run on (`cpuset_cpus`, as kubelet's static CPU manager sets
+    /// it, e.g. `"0"`); empty = unset.
+    pub cpuset_cpus: String,
 }
 
 impl Cri {
@@ -173,6 +176,7 @@ impl Cri {
                     cpu_shares: c.cpu_shares,
                     cpu_quota: c.cpu_quota,
                     cpu_period: if c.cpu_quota > 0 { 100_000 } else { 0 },
+                    cpuset_cpus: c.cpuset_cpus.clone(),
                     ..Default::default()
                 }),
                 // As kubelet sends it: the pod's network and IPC, and a PID namespace of

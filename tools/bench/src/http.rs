@@ -11,8 +11,12 @@
 //! for `hello` (`/hello` of tests/apps/spin-hello) and `cpu` (fib(25) per request,
 //! tests/apps/spin-cpu), at each concurrency of `BENCH_CONNS` (default `1 16 64`), each
 //! point `BENCH_REPS` times (default 3) for `BENCH_DURATION` seconds. On a machine with two
-//! or more CPUs every server (all its threads) is pinned to CPU 0 and wrk (one thread) to
-//! CPU 1, so that load generator and server never share a core. The report gives the median
+//! or more CPUs every server runs on CPU 0 and wrk (one thread) on CPU 1, so that load
+//! generator and server never share a core. The local servers are started on CPU 0
+//! (`taskset -c 0` before exec) and the shim's pods get `cpuset_cpus = "0"`, as a pod of
+//! kubelet's static CPU manager does: each server sees one CPU from its start and sizes its
+//! thread pool to it (tokio: one worker), rather than running two workers time-sliced on one
+//! core. The report gives the median
 //! requests/s with the spread of the runs, p50/p99 of the median run, and ratios to native
 //! and to `wasmtime serve`. It also profiles `spin-serve` under load with `perf record -e
 //! cpu-clock` (the VM has no hardware counters) and lists the top frames.
@@ -186,6 +190,27 @@ fn pinning() -> bool {
     std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2
 }
 
+/// The CPU list the servers run on when pinning (`taskset -c`, a pod's `cpuset_cpus`).
+pub(crate) fn server_cpus() -> &'static str {
+    if pinning() {
+        "0"
+    } else {
+        ""
+    }
+}
+
+/// `program` started on the servers' CPU: through `taskset -c 0` (which execs it, so the
+/// pid is the server's) when pinning.
+fn on_server_cpu(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    if pinning() {
+        let mut c = Command::new("taskset");
+        c.args(["-c", server_cpus()]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
 /// Pins every thread of `pid` to CPU 0 (threads created later inherit it).
 pub(crate) fn pin_server(pid: u32) -> Result<()> {
     if !pinning() {
@@ -259,7 +284,7 @@ pub(crate) struct LocalServers {
 }
 
 /// Starts native, `wasmtime serve` and `spin-serve` for hello and cpu, each on its own
-/// loopback port, pinned.
+/// loopback port, on the servers' CPU from their start.
 pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
     let bin = integration::shim_bin_dir();
     let apps = integration::guest_apps_dir();
@@ -272,7 +297,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
     };
     // One native server answers both workloads.
     let addr = port()?;
-    let mut native = Command::new(bin.join("examples/native-hello"));
+    let mut native = on_server_cpu(bin.join("examples/native-hello"));
     native.args(["--listen", &addr.to_string()]);
     let p = spawn_serving(native, addr, "/hello", &logs.join("native.log"))?;
     for w in [Work::Hello, Work::Cpu] {
@@ -286,7 +311,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
     processes.push(p);
     for w in [Work::Hello, Work::Cpu] {
         let addr = port()?;
-        let mut ws = Command::new(&wasmtime);
+        let mut ws = on_server_cpu(&wasmtime);
         // Its defaults, plus what the component needs: wasi:cli (environment, stdio) and
         // the `COMPONENT` variable spin-hello's `hello` component gets from its manifest.
         ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
@@ -303,7 +328,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
         processes.push(p);
 
         let addr = port()?;
-        let mut ss = Command::new(bin.join("spin-serve"));
+        let mut ss = on_server_cpu(bin.join("spin-serve"));
         ss.arg(app_dir(work.path(), w.app())?)
             .args(["--listen", &addr.to_string()])
             .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
@@ -317,9 +342,6 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
             pid: p.pid(),
         });
         processes.push(p);
-    }
-    for e in &endpoints {
-        pin_server(e.pid)?;
     }
     Ok(LocalServers {
         endpoints,
@@ -409,7 +431,9 @@ pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
          | work | server | conns | req/s | runs min-max | p50 ms | p99 ms | vs native | vs wasmtime serve | p99 vs wasmtime serve |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         if pinning() {
-            "every server's threads pinned to CPU 0 (taskset -a), wrk (1 thread) to CPU 1"
+            "every server on CPU 0 from its start (local servers: taskset -c 0 before exec; \
+             the shim's pods: cpuset_cpus \"0\"), so each sizes its thread pool to one CPU; \
+             wrk (1 thread) on CPU 1"
         } else {
             "one CPU: wrk and the server share it"
         }

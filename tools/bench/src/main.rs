@@ -117,8 +117,9 @@ async fn first_ok(addr: SocketAddr, path: &str, timeout: Duration) -> Result<()>
     tokio::task::spawn_blocking(move || http::wait_ok(addr, &path, timeout, None, None)).await?
 }
 
-/// Starts `t` in a fresh pod and waits for its first 200.
-async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path) -> Result<Running> {
+/// Starts `t` in a fresh pod and waits for its first 200; `cpuset` = the CPUs its container
+/// may use ("" = all).
+async fn start(cri: &mut Cri, t: Target, name: &str, cpuset: &str, logs: &Path) -> Result<Running> {
     let addr: SocketAddr = ([127, 0, 0, 1], scenario::free_loopback_port()?).into();
     let t0 = Instant::now();
     let pod = KubeletPod::start(
@@ -133,7 +134,14 @@ async fn start(cri: &mut Cri, t: Target, name: &str, logs: &Path) -> Result<Runn
     .await?;
     let started = async {
         let id = cri
-            .start_container(&pod.sandbox_id, &pod.spec, &t.container(addr))
+            .start_container(
+                &pod.sandbox_id,
+                &pod.spec,
+                &ContainerSpec {
+                    cpuset_cpus: cpuset.into(),
+                    ..t.container(addr)
+                },
+            )
             .await?;
         first_ok(addr, t.path, Duration::from_secs(120))
             .await
@@ -357,7 +365,7 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
         let mut samples = Vec::new();
         if cache == "warm" {
             // Prime the cache with one unmeasured start.
-            let r = start(cri, t, "cold-prime", &b.logs).await?;
+            let r = start(cri, t, "cold-prime", "", &b.logs).await?;
             stop(cri, r).await?;
         }
         for i in 0..runs {
@@ -365,7 +373,7 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
                 empty_dir(&b.cache)?;
             }
             let name = format!("cold-{}-{cache}-{i}", t.name);
-            let r = start(cri, t, &name, &b.logs).await?;
+            let r = start(cri, t, &name, "", &b.logs).await?;
             samples.push(ms(r.startup));
             b.sample(format!(
                 "cold_start {} cache {cache} run {i} ms {:.1}",
@@ -434,7 +442,8 @@ async fn http_only(b: &mut Bench, cri: &mut Cri) -> Result<()> {
     result
 }
 
-/// Starts each of `targets` in its own pod; on a failure, removes those already started.
+/// Starts each of `targets` in its own pod on the servers' CPUs ([`http::server_cpus`]); on
+/// a failure, removes those already started.
 async fn start_all(
     cri: &mut Cri,
     targets: &[Target],
@@ -442,7 +451,15 @@ async fn start_all(
 ) -> Result<Vec<(Target, Running)>> {
     let mut running = Vec::new();
     for t in targets {
-        match start(cri, *t, &format!("http-{}", t.name), logs).await {
+        match start(
+            cri,
+            *t,
+            &format!("http-{}", t.name),
+            http::server_cpus(),
+            logs,
+        )
+        .await
+        {
             Ok(r) => running.push((*t, r)),
             Err(e) => {
                 let _ = stop_all(cri, running).await;
@@ -579,7 +596,7 @@ async fn measure_memory(b: &mut Bench, running: &[(Target, Running)], secs: usiz
 async fn stats_latency(b: &mut Bench, cri: &mut Cri, calls: usize) -> Result<()> {
     let mut rows = Vec::new();
     for t in [HELLO, NATIVE] {
-        let r = start(cri, t, &format!("stats-{}", t.name), &b.logs).await?;
+        let r = start(cri, t, &format!("stats-{}", t.name), "", &b.logs).await?;
         let mut samples = Vec::new();
         let mut err = None;
         for _ in 0..calls {
@@ -641,7 +658,7 @@ async fn density_one(
         let mut c = cri.clone();
         let logs = b.logs.clone();
         tasks.push(tokio::spawn(async move {
-            start(&mut c, t, &format!("density-{}-{i}", t.name), &logs).await
+            start(&mut c, t, &format!("density-{}-{i}", t.name), "", &logs).await
         }));
     }
     let mut up = Vec::new();
