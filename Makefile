@@ -9,9 +9,16 @@ export SHIM_BIN_DIR := $(RELEASE_DIR)
 export GUEST_APPS_DIR := $(CURDIR)/tests/apps/target/wasm32-wasip2/release
 # Release archives (make release) and the static x86_64 shim `make test` runs on a no-libc node.
 export RELEASE_OUT ?= $(CARGO_TARGET_DIR)/dist
-STATIC_SHIM_DIR := $(CARGO_TARGET_DIR)/x86_64-unknown-linux-musl/release
+# `make test` builds the static shim and runs clippy beside the host build, each in a target
+# dir of its own (cargo locks a target dir for one build at a time).
+STATIC_TARGET_DIR := $(CARGO_TARGET_DIR)/static
+STATIC_SHIM_DIR := $(STATIC_TARGET_DIR)/x86_64-unknown-linux-musl/static-check
+LINT_TARGET_DIR := $(CARGO_TARGET_DIR)/lint
+# Cargo and rustc size their own parallelism: under `make -j` they would otherwise take their
+# jobs from make's job server (one slot each, so a lone build's serial tail used one core).
+ALONE := env -u MAKEFLAGS -u MFLAGS -u CARGO_MAKEFLAGS
 
-.PHONY: all setup build apps lint fmt test test-unit test-integration test-cri test-systemd test-kind test-k3s \
+.PHONY: all setup build build-tests apps lint fmt test test-unit test-integration test-cri test-systemd test-kind test-k3s \
         demo bench bench-http bench-start fuzz soak clean release build-static test-release
 
 all: build
@@ -21,16 +28,20 @@ setup:
 
 ## build: the shim and the tools, release profile (the one profile tests use too)
 build: setup
-	$(CARGO) build --release --workspace --bins
+	$(ALONE) $(CARGO) build --release --workspace --bins
+
+## build-tests: the bins, then every test binary (what `cargo test --release --workspace` runs)
+build-tests: build
+	$(ALONE) $(CARGO) test --release --workspace --no-run
 
 ## apps: the guest Wasm apps used by tests, demo and benchmarks
 apps: setup
-	@bash scripts/build-apps.sh
+	@$(ALONE) bash scripts/build-apps.sh
 
 ## lint: formatting and clippy, warnings are errors
 lint: setup
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	CARGO_TARGET_DIR=$(LINT_TARGET_DIR) $(ALONE) $(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
@@ -40,13 +51,17 @@ fmt:
 release: setup
 	@bash scripts/release.sh x86_64 aarch64
 
-## build-static: the x86_64 static shim alone (what `make test` runs on a node without libc)
+## build-static: the x86_64 static shim alone (what `make test` runs on a node without libc),
+## with the static-check profile (Cargo.toml); make test-release tests the release archive's
 build-static: setup
-	@bash scripts/release.sh build x86_64 >/dev/null
+	@CARGO_TARGET_DIR=$(STATIC_TARGET_DIR) RELEASE_PROFILE=static-check $(ALONE) bash scripts/release.sh build x86_64 >/dev/null
 
 ## test: everything — lint, unit tests, real-kernel cgroup tests, containerd integration tests
-## (with the x86_64 static shim on a node without libc: tests/integration/tests/static_node.rs)
-test: build build-static apps lint
+## (with the x86_64 static shim on a node without libc: tests/integration/tests/static_node.rs).
+## Its four builds (bins and test binaries, static shim, guest apps, clippy) run side by side,
+## so that each one's serial stretches (one crate compiling, a link) leave no core idle.
+test:
+	@$(MAKE) --no-print-directory -j4 build-tests build-static apps lint
 	RELEASE_SHIM_DIR=$(STATIC_SHIM_DIR) $(CARGO) test --release --workspace
 	@bash scripts/test-systemd.sh
 	@bash scripts/test-systemd-spinkube.sh

@@ -10,7 +10,8 @@
 #        release.sh archive ARCH BINARY  only archive an already built binary
 # Environment: CARGO_TARGET_DIR (default ./target), RELEASE_OUT (default
 # $CARGO_TARGET_DIR/dist), SOURCE_DATE_EPOCH (default: the last commit's time, else 0),
-# CARGO_NICE (a nice(1) level for the build, default 0).
+# CARGO_NICE (a nice(1) level for the build, default 0), RELEASE_PROFILE (the cargo profile
+# of `build`, default release; `make test` builds with static-check, see Cargo.toml).
 #
 # Reproducible: same sources and toolchain give the same bytes, whatever the checkout's or
 # the target dir's path: build paths are remapped in the Rust and C objects, the tar lists
@@ -94,10 +95,11 @@ build() {
     # them saves compile and link time. Incremental compilation (on in the profile) partitions
     # code by the history of the target dir, so it is off for a byte-reproducible binary.
     export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_INCREMENTAL=0
-    nice -n "${CARGO_NICE:-0}" cargo build --locked --release "${targets[@]}" \
+    local profile="${RELEASE_PROFILE:-release}"
+    nice -n "${CARGO_NICE:-0}" cargo build --locked --profile "$profile" "${targets[@]}" \
         -p "$pkg" --bin "$bin_name" >&2
     for a in "${arches[@]}"; do
-        local bin="$CARGO_TARGET_DIR/$(triple "$a")/release/$bin_name"
+        local bin="$CARGO_TARGET_DIR/$(triple "$a")/$profile/$bin_name"
         # A release binary must need no loader: refuse one with an interpreter or a needed
         # shared library (a static-pie has a DYNAMIC segment, for its own relocation, and
         # nothing else).

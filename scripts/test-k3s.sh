@@ -10,7 +10,8 @@
 # metrics-server), apply load and assert that `kubectl top pod` moves and the HPA scales.
 # Env: K3D_CLUSTER (default spin-shim), K3S_TAG (k3d node base, default v1.30.4-k3s1),
 #      K3D_STATIC_SHIM (statically linked shim for the glibc-less k3s image; default
-#      target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2),
+#      make release's target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2, else
+#      make build-static's target/static/x86_64-unknown-linux-musl/static-check/containerd-shim-spin-v2),
 #      KEEP_CLUSTER=1 keeps the k3d cluster.
 set -euo pipefail
 source "$(dirname "$0")/../deployments/e2e/common.sh"
@@ -25,7 +26,11 @@ case "$mode" in
         e2e_require k3d
         cluster="${K3D_CLUSTER:-spin-shim}"
         # k3s node images have no glibc: they need a statically linked shim.
-        static_shim="${K3D_STATIC_SHIM:-$REPO/target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2}"
+        static_shim="${K3D_STATIC_SHIM:-}"
+        if [ -z "$static_shim" ]; then
+            static_shim="$REPO/target/x86_64-unknown-linux-musl/release/containerd-shim-spin-v2"
+            [ -x "$static_shim" ] || static_shim="$REPO/target/static/x86_64-unknown-linux-musl/static-check/containerd-shim-spin-v2"
+        fi
         [ -x "$static_shim" ] || e2e_die "k3d nodes need a static shim at $static_shim (fix: build one for x86_64-unknown-linux-musl with a static libseccomp, or set K3D_STATIC_SHIM; or use K3S_MODE=host)"
         ctx="$(mktemp -d)"
         e2e_on_exit rm -rf "$ctx"
