@@ -796,6 +796,36 @@ pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Compone
     Ok(out)
 }
 
+/// The components of manifest `text` that a trigger other than HTTP runs (Redis, MQTT,
+/// cron, command, ...), named as [`component_sources`] names them: the component id, or
+/// `trigger.<type>[<n>].component` for an inline component. Such a component's code must
+/// be final before it starts: an event trigger's loop keeps the code it started with.
+/// `origin` names the file in errors.
+pub fn event_trigger_components(
+    text: &str,
+    origin: &str,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    check_version(text, origin)?;
+    let manifest: AppManifest =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+    let mut out = std::collections::BTreeSet::new();
+    for (trigger_type, list) in manifest.triggers.iter() {
+        if trigger_type == crate::trigger::HTTP {
+            continue;
+        }
+        for (index, table) in list.iter().enumerate() {
+            let key = format!("trigger.{trigger_type}[{index}].component");
+            if let Some(v) = table.get("component") {
+                match component_spec(v.clone(), origin, &key)? {
+                    ComponentSpec::Reference(id) => out.insert(id),
+                    ComponentSpec::Inline(_) => out.insert(key),
+                };
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Spin's `normalize_trigger_ids`: `<component>-<type>-trigger` when free, else
 /// `<type>-trigger<N>`.
 fn normalize_trigger_ids(entries: &mut [TriggerEntry]) {

@@ -540,6 +540,41 @@ dependencies = { "x:y/z" = { path = "z.wasm" } }
 }
 
 #[test]
+fn event_trigger_components_are_named_as_component_sources_names_them() {
+    let text = r#"spin_manifest_version = 2
+[application]
+name = "a"
+[[trigger.http]]
+route = "/a"
+component = "web"
+[[trigger.redis]]
+channel = "c"
+component = "worker"
+[[trigger.cron]]
+cron_expression = "* * * * * *"
+component = { source = "in/line.wasm" }
+[component.web]
+source = "web.wasm"
+[component.worker]
+source = "worker.wasm"
+"#;
+    let got = manifest::event_trigger_components(text, "m").unwrap();
+    assert_eq!(
+        got.into_iter().collect::<Vec<_>>(),
+        ["trigger.cron[0].component", "worker"]
+    );
+    let ids: Vec<_> = manifest::component_sources(text, "m")
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert!(
+        ids.contains(&"trigger.cron[0].component".to_string()),
+        "{ids:?}"
+    );
+}
+
+#[test]
 fn component_sources_refuse_files_outside_the_app() {
     for bad in [
         r#"files = [{ source = "/etc", destination = "/etc" }]"#,

@@ -7,8 +7,11 @@
 //! no view of that directory: each of its own entries is bind-mounted read-only at
 //! `/.spin-app/compiled/<entry>`, and its environment says [`DIR_ENV`]`=`[`CONTAINER_DIR`]
 //! with the cache read-only, so the runtime inside loads exactly those entries and never
-//! writes one. Before each compile the oldest entries beyond [`MAX_BYTES_ENV`] (default
-//! [`DEFAULT_MAX_BYTES`]) are removed.
+//! writes one. A large component the cache has no Cranelift entry for is compiled with the
+//! baseline compiler first, and its Cranelift entry bound as a reserved file the shim fills
+//! once the container runs ([`crate::precompile`]). Before each compile the oldest entries
+//! beyond [`MAX_BYTES_ENV`] (default [`DEFAULT_MAX_BYTES`]) are removed, and temporary or
+//! reserved files a dead shim left behind once they are an hour old.
 
 use std::path::{Path, PathBuf};
 
@@ -113,8 +116,12 @@ pub enum AppSource {
 pub type Entry = (String, PathBuf);
 
 /// Compiles `source` into the host cache (created `0700`, pruned first), off the async
-/// workers; returns the entries the container may load.
-pub async fn precompile(source: AppSource) -> anyhow::Result<Vec<Entry>> {
+/// workers; returns the entries the container may load and those to compile once it runs
+/// ([`crate::precompile::precompile`]).
+pub async fn precompile(
+    source: AppSource,
+    tiering: spin_runtime::tier::TieringConfig,
+) -> anyhow::Result<crate::precompile::Precompiled> {
     let dir = host_dir();
     let max = max_bytes()?;
     tokio::task::spawn_blocking(move || {
@@ -123,7 +130,7 @@ pub async fn precompile(source: AppSource) -> anyhow::Result<Vec<Entry>> {
         if let Err(e) = prune(&dir, max) {
             tracing::warn!("compile cache {}: {e:#}", dir.display());
         }
-        crate::precompile::precompile(&source, &dir)
+        crate::precompile::precompile(&source, &dir, tiering)
     })
     .await
     .context("compile task failed")?

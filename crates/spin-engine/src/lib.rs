@@ -20,6 +20,7 @@ use std::path::Path;
 use anyhow::Context;
 use async_trait::async_trait;
 use spin_runtime::app::{Content, ContentRef};
+use spin_runtime::tier::TieringConfig;
 use spin_runtime::App;
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::engine::{Engine, Entrypoint, Prepare};
@@ -112,14 +113,19 @@ impl Engine for SpinEngine {
                 rootfs: p.rootfs.to_path_buf(),
             });
         }
-        let entries = match source {
-            Some(s) => cache_mount::precompile(s)
+        let compiled = match source {
+            Some(s) => cache_mount::precompile(s, tiering(p.spec)?)
                 .await
                 .with_context(|| format!("container {id}: compiling the Spin app"))?,
-            None => Vec::new(),
+            None => Default::default(),
         };
-        cache_mount::attach(p.spec, &app_dir, &entries)?;
-        tracing::debug!(id, entries = entries.len(), "compiled components attached");
+        cache_mount::attach(p.spec, &app_dir, &compiled.entries)?;
+        tracing::debug!(
+            id,
+            entries = compiled.entries.len(),
+            "compiled components attached"
+        );
+        precompile::compile_later(id, compiled.later);
         Ok(())
     }
 
@@ -139,6 +145,36 @@ impl Engine for SpinEngine {
             }
         }
     }
+}
+
+/// When a component starts on baseline code: [`spin_runtime::tier::TIERING_ENV`] and
+/// [`spin_runtime::tier::MIN_BYTES_ENV`] from the container's environment, else the
+/// shim's.
+fn tiering(spec: &libcontainer::oci_spec::runtime::Spec) -> anyhow::Result<TieringConfig> {
+    let env: Vec<(String, String)> = spec
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let shim: Vec<(String, String)> = [
+        spin_runtime::tier::TIERING_ENV,
+        spin_runtime::tier::MIN_BYTES_ENV,
+    ]
+    .iter()
+    .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+    .collect();
+    TieringConfig::from_lookup(|k| {
+        env.iter()
+            .rev()
+            .chain(shim.iter())
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    })
+    .context("the container's environment")
 }
 
 /// The artifact the shim materialised under `app_dir/.spin-app` (locked app, content by

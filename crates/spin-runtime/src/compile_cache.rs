@@ -41,6 +41,89 @@ pub enum Outcome {
     Miss,
 }
 
+/// Whether a cache entry can be loaded ([`entry_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryState {
+    /// No such file.
+    Missing,
+    /// Promised by the shim, which is still compiling it: a container sees a reserved file
+    /// ([`Reservation`]) that has no read permission until its bytes are complete.
+    Pending,
+    /// A complete entry, or (readable but empty) one the shim gave up on.
+    Ready,
+}
+
+/// The state of the entry file at `path`.
+pub fn entry_state(path: &Path) -> EntryState {
+    match std::fs::metadata(path) {
+        Ok(md) if md.is_file() && md.permissions().mode() & 0o444 == 0 => EntryState::Pending,
+        Ok(md) if md.is_file() => EntryState::Ready,
+        _ => EntryState::Missing,
+    }
+}
+
+/// An entry the shim has promised a container before compiling it: a file in the cache
+/// directory (named `.tmp-...`, so pruning removes it if the shim dies first) created empty
+/// with mode 0, which the container binds at the entry's name and sees as
+/// [`EntryState::Pending`]. [`Reservation::fill`] writes the compiled bytes into that same
+/// file, then makes it readable and links it under the entry's name; a reservation dropped
+/// unfilled is made readable empty (the container stops waiting) and removed.
+#[derive(Debug)]
+pub struct Reservation {
+    file: PathBuf,
+    entry: PathBuf,
+    done: bool,
+}
+
+impl Reservation {
+    /// The reserved file (what the container binds).
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The entry's path in the cache once filled.
+    pub fn entry(&self) -> &Path {
+        &self.entry
+    }
+
+    /// Compiles `wasm` on `engine` (the engine the reservation was made for, or one with
+    /// its compatibility hash) into the reserved file and publishes it under the entry's
+    /// name. Blocking.
+    pub fn fill(mut self, engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<PathBuf> {
+        let component = compile_component(engine, wasm, name)?;
+        let bytes = component.serialize().map_err(anyhow::Error::from)?;
+        drop(component);
+        let mut f = std::fs::File::options()
+            .write(true)
+            .open(&self.file)
+            .with_context(|| format!("open {}", self.file.display()))?;
+        f.write_all(&bytes)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("write {}", self.file.display()))?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o444))
+            .with_context(|| format!("chmod {}", self.file.display()))?;
+        self.done = true;
+        // The reserved name stays until pruned: the container's bind may not exist yet.
+        match std::fs::hard_link(&self.file, &self.entry) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("link {}", self.entry.display()));
+            }
+        }
+        Ok(self.entry.clone())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::set_permissions(&self.file, std::fs::Permissions::from_mode(0o444));
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
+}
+
 /// A compiled-component cache in one directory.
 #[derive(Debug, Clone)]
 pub struct CompileCache {
@@ -134,14 +217,23 @@ impl CompileCache {
     /// returns the entry's path. For the shim, before the container starts: compilation
     /// then happens outside the container and its memory limit. Blocking.
     pub fn precompile(&self, wasm: &[u8], name: &str) -> anyhow::Result<(PathBuf, Outcome)> {
+        self.precompile_on(compile_engine()?, wasm, name)
+    }
+
+    /// [`CompileCache::precompile`] on `engine` (e.g. [`baseline_compile_engine`]).
+    pub fn precompile_on(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+        name: &str,
+    ) -> anyhow::Result<(PathBuf, Outcome)> {
         anyhow::ensure!(
             !self.read_only,
             "compile cache {} is read-only",
             self.dir.display()
         );
-        let engine = compile_engine()?;
         let path = self.entry_path(engine, wasm);
-        if path.is_file() {
+        if entry_state(&path) == EntryState::Ready {
             // Touch it: eviction removes the least recently used entries first.
             let _ = std::fs::File::options()
                 .write(true)
@@ -152,6 +244,29 @@ impl CompileCache {
         let component = compile_component(engine, wasm, name)?;
         self.store(&path, &component)?;
         Ok((path, Outcome::Miss))
+    }
+
+    /// Reserves the entry of `wasm` for `engine` ([`Reservation`]), to be compiled later.
+    pub fn reserve(&self, engine: &Engine, wasm: &[u8]) -> anyhow::Result<Reservation> {
+        anyhow::ensure!(
+            !self.read_only,
+            "compile cache {} is read-only",
+            self.dir.display()
+        );
+        create_private_dir(&self.dir)?;
+        let entry = self.entry_path(engine, wasm);
+        let file = self.temp_path("reserved-", &entry);
+        std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o000)
+            .open(&file)
+            .with_context(|| format!("create {}", file.display()))?;
+        Ok(Reservation {
+            file,
+            entry,
+            done: false,
+        })
     }
 
     /// The cache directory.
@@ -174,7 +289,7 @@ impl CompileCache {
         name: &str,
     ) -> anyhow::Result<(Component, Outcome)> {
         let path = self.entry_path(engine, wasm);
-        if path.is_file() {
+        if entry_state(&path) == EntryState::Ready {
             // SAFETY: the file is one this code wrote with `Component::serialize` for an
             // engine with the same compatibility hash (part of the file name); wasmtime
             // checks the header again. In a container the entry is the shim's, bind-mounted
@@ -205,16 +320,22 @@ impl CompileCache {
         Ok((component, Outcome::Miss))
     }
 
+    /// A unique temporary file name in the cache directory for `entry`: `.tmp-<kind><pid>-
+    /// <seq>-<entry name>` (pruned when an hour old, so a dead process leaves nothing).
+    fn temp_path(&self, kind: &str, entry: &Path) -> PathBuf {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        self.dir.join(format!(
+            ".tmp-{kind}{}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            entry.file_name().unwrap_or_default().to_string_lossy()
+        ))
+    }
+
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
         let bytes = component.serialize().map_err(anyhow::Error::from)?;
         create_private_dir(&self.dir)?;
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let tmp = self.dir.join(format!(
-            ".tmp-{}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            path.file_name().unwrap_or_default().to_string_lossy()
-        ));
+        let tmp = self.temp_path("", path);
         let result = (|| {
             let mut f = std::fs::File::options()
                 .write(true)
@@ -269,6 +390,19 @@ pub fn compile_engine() -> anyhow::Result<&'static Engine> {
         return Ok(e);
     }
     let e = crate::runtime::new_engine(false, None)?;
+    Ok(ENGINE.get_or_init(|| e))
+}
+
+/// The baseline (Winch) engine the shim compiles with: [`compile_engine`]'s configuration
+/// with Winch as the compiler, as the runtime's baseline engine (same compatibility hash).
+pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
+    static ENGINE: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    let e = Engine::new(&crate::tier::baseline_config())
+        .map_err(anyhow::Error::from)
+        .context("cannot create the baseline (Winch) engine")?;
     Ok(ENGINE.get_or_init(|| e))
 }
 
@@ -343,5 +477,64 @@ mod tests {
         assert!(CompileCache::from_env(&env("1")).is_read_only());
         assert!(!CompileCache::from_env(&env("0")).is_read_only());
         assert_eq!(CompileCache::from_env(&env("1")).dir(), Path::new("/x"));
+    }
+
+    #[test]
+    fn a_reservation_is_pending_until_filled_and_gone_if_abandoned() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(d.path().join("cache"));
+        let wasm = wat::parse_str(HELLO).unwrap();
+        let engine = compile_engine().unwrap();
+        let r = cache.reserve(engine, &wasm).unwrap();
+        let reserved = r.file().to_path_buf();
+        let reserved_first = reserved.clone();
+        let entry = cache.entry_path(engine, &wasm);
+        assert_eq!(r.entry(), entry);
+        assert_eq!(entry_state(&reserved), EntryState::Pending);
+        assert_eq!(entry_state(&entry), EntryState::Missing);
+        assert!(
+            reserved
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".tmp-"),
+            "pruning must know a reserved file a dead shim left"
+        );
+        // The same inode a container bound becomes the entry.
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&reserved).unwrap());
+        assert_eq!(r.fill(engine, &wasm, "hello").unwrap(), entry);
+        assert_eq!(entry_state(&reserved), EntryState::Ready);
+        let md = std::fs::metadata(&entry).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&md), ino);
+        assert!(md.len() > 0);
+        let (_, o) = CompileCache::read_only(cache.dir())
+            .load_or_compile(engine, &wasm, "hello")
+            .unwrap();
+        assert_eq!(o, Outcome::Hit);
+
+        // Abandoned (or failed): readable and empty for a container that bound it, and
+        // removed from the cache.
+        let other = wat::parse_str(HELLO.replace("42", "43")).unwrap();
+        let r = cache.reserve(engine, &other).unwrap();
+        let reserved = r.file().to_path_buf();
+        let f = std::fs::File::open(&reserved).unwrap();
+        drop(r);
+        assert!(!reserved.exists());
+        assert_eq!(f.metadata().unwrap().permissions().mode() & 0o444, 0o444);
+        assert_eq!(f.metadata().unwrap().len(), 0);
+        let bad = cache.reserve(engine, &other).unwrap();
+        assert!(bad.fill(engine, b"\0asm junk", "bad").is_err());
+        assert_eq!(
+            entry_state(&cache.entry_path(engine, &other)),
+            EntryState::Missing
+        );
+        // Left: the first entry and its reserved name (the shim removes that name once the
+        // container is created), nothing of the failed or abandoned ones.
+        let mut left: Vec<_> = std::fs::read_dir(cache.dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        left.sort();
+        assert_eq!(left, [reserved_first, entry], "{left:?}");
     }
 }

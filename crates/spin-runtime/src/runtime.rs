@@ -19,7 +19,7 @@ use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::app::{App, Component, FileMount};
-use crate::compile_cache::{CompileCache, Outcome};
+use crate::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
 use crate::host::{self, HostState};
 use crate::limits::{Limits, MemoryLimiter, EPOCH_TICK};
 use crate::routing::Router;
@@ -373,12 +373,42 @@ impl LoadedApp {
                     // Only where Cranelift's code can be stored for the next start: in a
                     // container (read-only cache, entries precompiled by the shim) a miss
                     // compiles once, in memory, inside the pod's memory limit.
+                    let event = event_components.contains(component.id.as_str());
                     let baseline = config.tiering.applies(bytes.len())
-                        && !event_components.contains(component.id.as_str())
+                        && !event
                         && config.compile_cache.as_ref().is_some_and(|c| {
-                            !c.is_read_only() && !c.entry_path(engine, &bytes).is_file()
+                            !c.is_read_only()
+                                && entry_state(&c.entry_path(engine, &bytes)) == EntryState::Missing
                         });
-                    let c = if baseline {
+                    // In a container, the shim compiled the baseline code before it started
+                    // and is compiling Cranelift's into the entry it reserved.
+                    let shim_baseline = match config.compile_cache.as_ref() {
+                        Some(c)
+                            if c.is_read_only()
+                                && !event
+                                && entry_state(&c.entry_path(engine, &bytes))
+                                    == EntryState::Pending =>
+                        {
+                            let base = crate::tier::baseline_engine()?;
+                            (entry_state(&c.entry_path(base, &bytes)) == EntryState::Ready)
+                                .then_some((c, base))
+                        }
+                        _ => None,
+                    };
+                    let c = if let Some((cache, base)) = shim_baseline {
+                        let (c, outcome) = cache.load_or_compile(base, &bytes, &component.id)?;
+                        tracing::info!(
+                            component = %component.id,
+                            "serving on the shim's baseline (Winch) code while the shim \
+                             compiles it with Cranelift"
+                        );
+                        match outcome {
+                            Outcome::Hit => stats.cache_hits += 1,
+                            Outcome::Miss => stats.compiled += 1,
+                        }
+                        stats.baseline += 1;
+                        c
+                    } else if baseline {
                         let t0 = std::time::Instant::now();
                         let base = crate::tier::baseline_engine()?;
                         let c =

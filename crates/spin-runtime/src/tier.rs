@@ -9,9 +9,12 @@
 //!
 //! Components that event triggers (Redis, MQTT, cron, command) run are always compiled
 //! with Cranelift before serving: their trigger loops hold on to the code they started
-//! with. Without a writable compile cache (in a container the shim has precompiled every
-//! entry and the cache is read-only) there is no tiering: the baseline and Cranelift's
-//! code would both be held in the pod's memory, and nothing would be stored for later.
+//! with. In a container the cache is read-only and the shim compiles, outside the pod's
+//! memory limit: for such a component it compiles the baseline code before the container
+//! starts and reserves the Cranelift entry ([`crate::compile_cache::Reservation`]), which
+//! it fills while the container serves; the container's background thread waits for the
+//! entry to become readable and swaps it in. A read-only cache with no reservation has no
+//! tiering: a miss compiles with Cranelift in memory.
 
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -19,7 +22,7 @@ use anyhow::Context as _;
 use wasmtime::component::{Component as WasmComponent, Linker};
 use wasmtime::Engine;
 
-use crate::compile_cache::CompileCache;
+use crate::compile_cache::{entry_state, CompileCache, EntryState};
 use crate::runtime::LoadedApp;
 use crate::InstanceState;
 
@@ -68,7 +71,7 @@ impl TieringConfig {
     }
 
     /// Whether a component of `len` bytes that the cache misses starts on the baseline.
-    pub(crate) fn applies(&self, len: usize) -> bool {
+    pub fn applies(&self, len: usize) -> bool {
         self.enabled && len >= self.min_bytes
     }
 }
@@ -81,9 +84,7 @@ pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let mut config = crate::runtime::engine_config();
-    config.strategy(wasmtime::Strategy::Winch);
-    let engine = Engine::new(&config)
+    let engine = Engine::new(&baseline_config())
         .map_err(anyhow::Error::from)
         .context("cannot create the baseline (Winch) engine")?;
     let mut created = false;
@@ -97,10 +98,17 @@ pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
     Ok(engine)
 }
 
+/// The runtime's configuration with Winch as the compiler.
+pub(crate) fn baseline_config() -> wasmtime::Config {
+    let mut config = crate::runtime::engine_config();
+    config.strategy(wasmtime::Strategy::Winch);
+    config
+}
+
 /// Gives the memory a compilation freed back to the kernel: glibc keeps freed heap in its
 /// arenas, so without it a process that compiled a 12 MB component at start keeps about
 /// 250 MiB it no longer uses for its whole life.
-pub(crate) fn release_freed_memory() {
+pub fn release_freed_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns unused heap pages; it takes no pointers.
     unsafe {
@@ -196,6 +204,9 @@ fn compile(
     cache: Option<&CompileCache>,
     p: &Pending,
 ) -> anyhow::Result<WasmComponent> {
+    if let Some(cache) = cache.filter(|c| c.is_read_only()) {
+        return wait_for_shim(engine, cache, p);
+    }
     if let Some(cache) = cache.filter(|c| !c.is_read_only()) {
         let serial = serial_engine()?;
         let (_, outcome) = cache.load_or_compile(serial, &p.bytes, &p.id)?;
@@ -209,6 +220,43 @@ fn compile(
         Some(cache) => cache.load_or_compile(engine, &p.bytes, &p.id)?.0,
         None => crate::compile_cache::compile_component(engine, &p.bytes, &p.id)?,
     })
+}
+
+/// How long a container waits for the shim's Cranelift code before it stays on baseline.
+const SHIM_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+/// How often it looks.
+const SHIM_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// In a container: the shim compiles the component with Cranelift after the container
+/// started and fills the entry it reserved ([`crate::compile_cache::Reservation`]); this
+/// waits for the entry to become readable and loads it.
+fn wait_for_shim(
+    engine: &Engine,
+    cache: &CompileCache,
+    p: &Pending,
+) -> anyhow::Result<WasmComponent> {
+    let path = cache.entry_path(engine, &p.bytes);
+    let deadline = std::time::Instant::now() + SHIM_WAIT;
+    while entry_state(&path) == EntryState::Pending {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the shim did not provide {} within {} s",
+            path.display(),
+            SHIM_WAIT.as_secs()
+        );
+        std::thread::sleep(SHIM_POLL);
+    }
+    anyhow::ensure!(
+        std::fs::metadata(&path).is_ok_and(|m| m.len() > 0),
+        "the shim could not compile it (its entry {} is empty; see the shim's log)",
+        path.display()
+    );
+    // SAFETY: as in `CompileCache::load_or_compile`: the shim wrote the entry with
+    // `Component::serialize` for an engine of this compatibility hash (the file name), in a
+    // root-only directory; the container sees it read-only.
+    unsafe { WasmComponent::deserialize_file(engine, &path) }
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("loading the shim's entry {}", path.display()))
 }
 
 /// The runtime's Cranelift configuration compiling on the calling thread only: the

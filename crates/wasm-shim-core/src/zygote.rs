@@ -396,6 +396,14 @@ impl Client {
     }
 }
 
+/// How long this shim gives a container's creation: its create-timeout env var
+/// ([`crate::engine::ShimNames::create_timeout_env`]), else (unset or invalid)
+/// [`DEFAULT_CREATE_TIMEOUT`].
+pub fn configured_create_timeout() -> Duration {
+    let name = &crate::shim_names().create_timeout_env;
+    create_timeout(name, std::env::var_os(name)).unwrap_or(DEFAULT_CREATE_TIMEOUT)
+}
+
 /// The create timeout `value` of env var `name` gives (unset or empty: the default).
 fn create_timeout(name: &str, value: Option<std::ffi::OsString>) -> anyhow::Result<Duration> {
     let Some(v) = value.filter(|v| !v.is_empty()) else {

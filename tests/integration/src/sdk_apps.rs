@@ -176,9 +176,14 @@ impl SdkApp {
         workspace_root().join("tests/apps").join(self.dir)
     }
 
+    /// The built component or module.
+    pub fn wasm_path(&self) -> PathBuf {
+        workspace_root().join("tests/apps/target").join(self.wasm)
+    }
+
     /// Fails with the fix when the app has not been built.
     pub fn require_built(&self) -> Result<()> {
-        let wasm = workspace_root().join("tests/apps/target").join(self.wasm);
+        let wasm = self.wasm_path();
         ensure!(
             wasm.is_file(),
             "{} is missing: run `make apps`",
