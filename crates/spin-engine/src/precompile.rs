@@ -233,8 +233,25 @@ pub fn precompile(
         if entries.contains_key(&name) {
             continue;
         }
-        if !event && tiering.applies(bytes.len()) && entry_state(&main) == EntryState::Missing {
-            let (base, _) = cache.precompile_on(baseline_compile_engine()?, &bytes, &label)?;
+        let tier =
+            !event && tiering.applies(bytes.len()) && entry_state(&main) == EntryState::Missing;
+        // Winch does not compile every proposal Cranelift does: such a component is
+        // compiled with Cranelift before the container starts, as without tiering.
+        let base = match tier
+            .then(|| baseline_compile_engine().and_then(|b| cache.precompile_on(b, &bytes, &label)))
+        {
+            Some(Ok((base, _))) => Some(base),
+            Some(Err(e)) => {
+                tracing::info!(
+                    component = %label,
+                    "the baseline compiler cannot compile it, compiling with Cranelift before \
+                     the container starts: {e:#}"
+                );
+                None
+            }
+            None => None,
+        };
+        if let Some(base) = base {
             let reservation = cache.reserve(engine, &bytes)?;
             tracing::info!(
                 component = %label,

@@ -408,17 +408,10 @@ impl LoadedApp {
                         }
                         stats.baseline += 1;
                         c
-                    } else if baseline {
-                        let t0 = std::time::Instant::now();
-                        let base = crate::tier::baseline_engine()?;
-                        let c =
-                            crate::compile_cache::compile_component(base, &bytes, &component.id)?;
-                        tracing::info!(
-                            component = %component.id,
-                            ms = t0.elapsed().as_millis() as u64,
-                            "not in the compile cache: compiled with the baseline compiler \
-                             (Winch) to serve now; Cranelift compiles it in the background"
-                        );
+                    } else if let Some(c) = baseline
+                        .then(|| baseline_compile(&bytes, &component.id))
+                        .flatten()
+                    {
                         stats.compiled += 1;
                         stats.baseline += 1;
                         c
@@ -841,6 +834,32 @@ fn prepare_files(
         }
     }
     Ok((preopens, staging))
+}
+
+/// `bytes` compiled with the baseline compiler to serve now, or None (logged) where Winch
+/// cannot compile it (a proposal it lacks): then Cranelift compiles it before serving.
+fn baseline_compile(bytes: &[u8], id: &str) -> Option<WasmComponent> {
+    let t0 = std::time::Instant::now();
+    let compiled = crate::tier::baseline_engine()
+        .and_then(|base| crate::compile_cache::compile_component(base, bytes, id));
+    match compiled {
+        Ok(c) => {
+            tracing::info!(
+                component = %id,
+                ms = t0.elapsed().as_millis() as u64,
+                "not in the compile cache: compiled with the baseline compiler (Winch) to serve \
+                 now; Cranelift compiles it in the background"
+            );
+            Some(c)
+        }
+        Err(e) => {
+            tracing::info!(
+                component = %id,
+                "the baseline compiler cannot compile it, compiling with Cranelift: {e:#}"
+            );
+            None
+        }
+    }
 }
 
 #[cfg(test)]
