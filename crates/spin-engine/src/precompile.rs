@@ -301,10 +301,7 @@ pub fn compile_later(id: &str, later: Vec<Later>) {
         .name("tier-up".into())
         .spawn(move || {
             let id = owned;
-            // SAFETY: setpriority on this thread's own id; no memory is passed.
-            unsafe {
-                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-            }
+            spin_runtime::tier::lower_thread_priority();
             let t0 = std::time::Instant::now();
             let mut published = Vec::new();
             for l in later {

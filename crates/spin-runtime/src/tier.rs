@@ -105,6 +105,15 @@ pub(crate) fn baseline_config() -> wasmtime::Config {
     config
 }
 
+/// Puts the calling thread at nice 10, for a background compilation: serving goes first, and
+/// the rayon threads the compilation starts inherit the priority.
+pub fn lower_thread_priority() {
+    // SAFETY: setpriority on this thread's own id; no memory is passed.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
+}
+
 /// Gives the memory a compilation freed back to the kernel: glibc keeps freed heap in its
 /// arenas, so without it a process that compiled a 12 MB component at start keeps about
 /// 250 MiB it no longer uses for its whole life.
@@ -151,12 +160,7 @@ pub(crate) fn start(app: &Arc<LoadedApp>) {
 }
 
 fn run(work: TierUp, app: Weak<LoadedApp>) {
-    // Serving goes first: the compilation (and the rayon threads it starts) runs at a
-    // lower CPU priority than the request path.
-    // SAFETY: setpriority on this thread's own id; no memory is passed.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-    }
+    lower_thread_priority();
     let engine = match crate::runtime::engine() {
         Ok(e) => e,
         Err(e) => {
