@@ -6,7 +6,8 @@
 //! variable in every error.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 
@@ -41,9 +42,55 @@ pub const RESERVED_FDS: u64 = 64;
 /// Upper bound of the default connection cap.
 pub const MAX_DEFAULT_CONNECTIONS: usize = 4096;
 
-/// Epoch tick: guest code yields to the async executor at least this often (Spin's
-/// `DEFAULT_EPOCH_TICK_INTERVAL`, 10 ms).
+/// Epoch tick (Spin's `DEFAULT_EPOCH_TICK_INTERVAL`, 10 ms): how often running guest code
+/// checks whether its [`TimeSlice`] is used up.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The time a guest may hold its executor thread before it yields: one [`EPOCH_TICK`],
+/// counted from the request's start and from each resumption after a yield.
+///
+/// Yielding at every tick instead (Spin's way) yields a short request that merely runs
+/// across a tick boundary, which then waits behind every other ready request, and yields a
+/// resumed guest again at once when a tick passed while it was queued. With a slice, a
+/// request shorter than a tick never yields and a long one runs at least a tick after each
+/// resumption; no guest holds a thread longer than two ticks between yields.
+#[derive(Debug)]
+pub struct TimeSlice {
+    origin: Instant,
+    /// Nanoseconds from `origin` to the start of the current slice.
+    started: AtomicU64,
+}
+
+impl TimeSlice {
+    /// A slice starting now.
+    pub fn start() -> Self {
+        TimeSlice {
+            origin: Instant::now(),
+            started: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the current slice has lasted [`EPOCH_TICK`] or more.
+    pub fn used_up(&self) -> bool {
+        self.used_up_at(Instant::now())
+    }
+
+    /// Starts the next slice now (after the guest was resumed).
+    pub fn restart(&self) {
+        self.restart_at(Instant::now());
+    }
+
+    fn used_up_at(&self, now: Instant) -> bool {
+        let started = self.origin + Duration::from_nanos(self.started.load(Ordering::Relaxed));
+        now.saturating_duration_since(started) >= EPOCH_TICK
+    }
+
+    fn restart_at(&self, now: Instant) {
+        let ns = now.saturating_duration_since(self.origin).as_nanos();
+        self.started
+            .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
 
 /// The request and connection limits of the HTTP trigger.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,5 +391,20 @@ mod tests {
         assert_eq!(memory_limit_from(text, d1.path()), Some(64 << 20));
         assert_eq!(default_instance_memory(128 << 20), 64 << 20);
         assert_eq!(default_instance_memory(64 << 30), 4 << 30);
+    }
+
+    #[test]
+    fn a_time_slice_lasts_one_tick_from_its_start_and_from_each_restart() {
+        let slice = TimeSlice::start();
+        let t0 = slice.origin;
+        assert!(!slice.used_up_at(t0));
+        assert!(!slice.used_up_at(t0 + EPOCH_TICK - Duration::from_micros(1)));
+        assert!(slice.used_up_at(t0 + EPOCH_TICK));
+        // Resumed 25 ms in: a fresh tick from there, whatever passed while it was queued.
+        slice.restart_at(t0 + Duration::from_millis(25));
+        assert!(!slice.used_up_at(t0 + Duration::from_millis(30)));
+        assert!(slice.used_up_at(t0 + Duration::from_millis(35)));
+        // A clock read before the slice's start (another thread's `now`) is not used up.
+        assert!(!slice.used_up_at(t0));
     }
 }

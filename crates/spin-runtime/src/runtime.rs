@@ -21,7 +21,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 use crate::app::{App, Component, FileMount};
 use crate::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
 use crate::host::{self, HostState};
-use crate::limits::{Limits, MemoryLimiter, EPOCH_TICK};
+use crate::limits::{Limits, MemoryLimiter, TimeSlice, EPOCH_TICK};
 use crate::routing::Router;
 use crate::{HostContext, InstanceState};
 
@@ -199,8 +199,8 @@ pub(crate) fn engine_config() -> wasmtime::Config {
     config
 }
 
-/// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`] (as Spin's engine:
-/// guests yield at every tick).
+/// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`] (as Spin's engine);
+/// at each tick running guest code checks its time slice ([`TimeSlice`]).
 pub(crate) fn start_epoch_ticker(engine: &'static Engine, name: &str) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name(name.into())
@@ -585,13 +585,22 @@ impl LoadedApp {
         };
         let mut store = Store::new(component.instance_pre.engine(), state);
         store.limiter(|s| &mut s.limits);
-        // A busy guest yields to the executor at every epoch tick, so it never holds a
-        // worker thread; the request deadline is enforced around the call (server.rs).
+        // A busy guest yields to the executor once its time slice is used up, so it never
+        // holds a worker thread for long; the request deadline is enforced around the call
+        // (server.rs), at those yields.
+        let slice = Arc::new(TimeSlice::start());
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| {
+        store.epoch_deadline_callback(move |_| {
+            if !slice.used_up() {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            let slice = Arc::clone(&slice);
             Ok(UpdateDeadline::YieldCustom(
                 1,
-                Box::pin(tokio::task::yield_now()),
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    slice.restart();
+                }),
             ))
         });
         Ok(store)

@@ -222,7 +222,8 @@ enum TaskEnd {
 /// Instantiates the component in a fresh store and calls its incoming handler; the
 /// response streams from the guest task. The task ends at the request deadline
 /// (`SPIN_SHIM_REQUEST_TIMEOUT`) whether or not the response has started; guest code
-/// yields at every epoch tick, so the deadline also ends a guest that never calls the host.
+/// yields once its time slice ([`crate::limits::TimeSlice`], 10-20 ms) is used up, so the
+/// deadline also ends a guest that never calls the host.
 async fn call_component<B>(
     app: &LoadedApp,
     component: &crate::runtime::PreparedComponent,
