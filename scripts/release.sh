@@ -64,7 +64,10 @@ target_env() {
     sysroot="$(rustc --print sysroot)"
     local cargo_home="${CARGO_HOME:-$HOME/.cargo}"
     local maps=("$root=/build/$name" "$CARGO_TARGET_DIR=/build/target" "$cargo_home=/cargo" "$sysroot=/rustc")
-    local rf="" cf="-O2"
+    # mimalloc (the musl builds' allocator) commits its arenas lazily: committed eagerly, as
+    # by default on Linux, they are advised for transparent huge pages and a serving process
+    # holds ~20 MiB more anonymous memory (measured with spin-serve: 24.6 vs 5.1 MiB).
+    local rf="" cf="-O2 -DMI_DEFAULT_ARENA_EAGER_COMMIT=0"
     for m in "${maps[@]}"; do
         rf+=" --remap-path-prefix=$m"
         cf+=" -ffile-prefix-map=$m"

@@ -15,6 +15,12 @@
 
 use std::path::PathBuf;
 
+/// The musl builds (the release binaries) allocate with mimalloc: with musl's own malloc the
+/// request path costs about a third more than in the glibc build.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn usage() -> ! {
     eprintln!(
         "usage: spin-serve <app-dir | spin.toml | locked-app.json> [--listen 127.0.0.1:PORT] [-- ARGS...]"
