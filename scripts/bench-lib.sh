@@ -33,6 +33,12 @@ bench_run() {
     done
     cargo build --release -q --workspace --bins --example native-hello
     install_wasmtime_cli
+    # spin-serve as the release archives build it (static musl, mimalloc): the HTTP
+    # comparison's `spin-serve (musl)` rows. About 9 min the first time, seconds after.
+    echo "bench: building spin-serve for x86_64-unknown-linux-musl (scripts/release.sh)" >&2
+    BENCH_SPIN_SERVE_MUSL="$(bash scripts/release.sh build x86_64 spin-runtime spin-serve 2>"$CARGO_TARGET_DIR/bench-musl-build.log")" \
+        || { tail -20 "$CARGO_TARGET_DIR/bench-musl-build.log" >&2; exit 1; }
+    export BENCH_SPIN_SERVE_MUSL
     "$CARGO_TARGET_DIR/release/shim-bench" "$mode" 2>"$CARGO_TARGET_DIR/bench-$mode.log" \
         || { tail -40 "$CARGO_TARGET_DIR/bench-$mode.log" >&2; exit 1; }
 }

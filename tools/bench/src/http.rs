@@ -4,7 +4,10 @@
 //! - `native`: the native hyper server (`examples/native-hello`, `/hello` and `?n=25`),
 //! - `wasmtime serve`: the `wasmtime-cli` crate at the wasmtime version of our Cargo.lock
 //!   (installed by `scripts/bench-lib.sh`, path in `WASMTIME_BIN`), run with its defaults,
-//! - `spin-serve`: our Spin runtime as a plain process,
+//! - `wasmtime serve -W timeout`: the same with a request timeout, i.e. with epoch
+//!   interruption compiled into the guest's code as Spin (and `spin-serve`) always has it,
+//! - `spin-serve`: our Spin runtime as a plain process (and `spin-serve (musl)`, the release
+//!   archives' static musl build, when `BENCH_SPIN_SERVE_MUSL` names it),
 //! - `shim`: the app in a CRI pod through `io.containerd.spin.v2` (when the caller has
 //!   started one),
 //!
@@ -309,39 +312,55 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
         });
     }
     processes.push(p);
+    // Starts `cmd` serving `w` on `addr` (log in `logs`, named after the server) and records it.
+    let mut serve = |cmd: Command, server: &'static str, w: Work, addr: SocketAddr| -> Result<()> {
+        let name: String = server
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let log = logs.join(format!("{name}-{}.log", w.name()));
+        let p = spawn_serving(cmd, addr, w.path(), &log)?;
+        endpoints.push(Endpoint {
+            server,
+            work: w,
+            addr,
+            pid: p.pid(),
+        });
+        processes.push(p);
+        Ok(())
+    };
     for w in [Work::Hello, Work::Cpu] {
-        let addr = port()?;
-        let mut ws = on_server_cpu(&wasmtime);
         // Its defaults, plus what the component needs: wasi:cli (environment, stdio) and
         // the `COMPONENT` variable spin-hello's `hello` component gets from its manifest.
-        ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
-            .args(["--env", "COMPONENT=hello"])
-            .arg(apps.join(w.wasm()));
-        let log = logs.join(format!("wasmtime-serve-{}.log", w.name()));
-        let p = spawn_serving(ws, addr, w.path(), &log)?;
-        endpoints.push(Endpoint {
-            server: "wasmtime serve",
-            work: w,
-            addr,
-            pid: p.pid(),
-        });
-        processes.push(p);
+        // Then with a request timeout (`-W timeout`), which wasmtime enforces as we do, by
+        // epoch interruption: the same checks compiled into the guest's code.
+        for (server, extra) in [
+            ("wasmtime serve", &[][..]),
+            ("wasmtime serve -W timeout", &["-W", "timeout=60s"][..]),
+        ] {
+            let addr = port()?;
+            let mut ws = on_server_cpu(&wasmtime);
+            ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
+                .args(extra)
+                .args(["--env", "COMPONENT=hello"])
+                .arg(apps.join(w.wasm()));
+            serve(ws, server, w, addr)?;
+        }
 
-        let addr = port()?;
-        let mut ss = on_server_cpu(bin.join("spin-serve"));
-        ss.arg(app_dir(work.path(), w.app())?)
-            .args(["--listen", &addr.to_string()])
-            .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
-            .env("RUST_LOG", "warn");
-        let log = logs.join(format!("spin-serve-{}.log", w.name()));
-        let p = spawn_serving(ss, addr, w.path(), &log)?;
-        endpoints.push(Endpoint {
-            server: "spin-serve",
-            work: w,
-            addr,
-            pid: p.pid(),
-        });
-        processes.push(p);
+        // Ours: the glibc build, and the release archives' static musl build when the bench
+        // script built it (BENCH_SPIN_SERVE_MUSL).
+        let musl = std::env::var_os("BENCH_SPIN_SERVE_MUSL").map(PathBuf::from);
+        let builds = std::iter::once(("spin-serve", bin.join("spin-serve")))
+            .chain(musl.map(|m| ("spin-serve (musl)", m)));
+        for (server, program) in builds {
+            let addr = port()?;
+            let mut ss = on_server_cpu(program);
+            ss.arg(app_dir(work.path(), w.app())?)
+                .args(["--listen", &addr.to_string()])
+                .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
+                .env("RUST_LOG", "warn");
+            serve(ss, server, w, addr)?;
+        }
     }
     Ok(LocalServers {
         endpoints,
@@ -486,6 +505,28 @@ pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
                 }
             }
         )?;
+        let musl = get("spin-serve (musl)", Work::Hello, 16);
+        if !musl.is_nan() {
+            writeln!(
+                md,
+                "The release archives' build (static musl, mimalloc): hello at c=16 {:.2}x the \
+                 glibc spin-serve, fib(25) {:.2}x.",
+                musl / ss,
+                get("spin-serve (musl)", Work::Cpu, 16) / get("spin-serve", Work::Cpu, 16)
+            )?;
+        }
+        let wt = get("wasmtime serve -W timeout", Work::Cpu, 16);
+        if !wt.is_nan() {
+            writeln!(
+                md,
+                "With epoch interruption on both sides (`wasmtime serve -W timeout`): fib(25) at \
+                 c=16 spin-serve / wasmtime serve = {:.2}, wasmtime serve / native = {:.2}; hello \
+                 at c=16 spin-serve / wasmtime serve = {:.2}.",
+                get("spin-serve", Work::Cpu, 16) / wt,
+                wt / get("native", Work::Cpu, 16),
+                ss / get("wasmtime serve -W timeout", Work::Hello, 16),
+            )?;
+        }
     }
     Ok(md)
 }

@@ -563,7 +563,14 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
             pid: r.pid,
         });
     }
-    let order = ["native", "wasmtime serve", "spin-serve", "shim"];
+    let order = [
+        "native",
+        "wasmtime serve",
+        "wasmtime serve -W timeout",
+        "spin-serve",
+        "spin-serve (musl)",
+        "shim",
+    ];
     let mut owned: Vec<http::Endpoint> =
         local.endpoints.iter().chain(&endpoints).copied().collect();
     owned.sort_by_key(|e| {
@@ -584,8 +591,11 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
         "\n## 3. HTTP: the request path side by side\n\n\
          The same component (tests/apps/spin-hello `/hello`, tests/apps/spin-cpu fib(25)) served \
          by the native hyper server (`examples/native-hello`, the same fib for `cpu`), \
-         `wasmtime serve` ({}, its defaults plus `-S cli`), `spin-serve` (our runtime as a \
-         process) and the shim (a CRI pod as in section 1, Burstable, host network). {table}",
+         `wasmtime serve` ({}, its defaults plus `-S cli`; `-W timeout`: with a 60 s request \
+         timeout, which wasmtime enforces by epoch interruption, as Spin does every request), \
+         `spin-serve` (our runtime as a \
+         process; `spin-serve (musl)`: built as the release archives are, static musl with \
+         mimalloc) and the shim (a CRI pod as in section 1, Burstable, host network). {table}",
         std::env::var("WASMTIME_VERSION")
             .map(|v| format!("wasmtime-cli {v}, the wasmtime version of our Cargo.lock"))
             .unwrap_or_else(|_| "wasmtime-cli".into())
