@@ -224,3 +224,19 @@ pub fn rss_mib(pid: u32) -> u64 {
         .map(|k| k / 1024)
         .unwrap_or(0)
 }
+
+/// The entry a tiered start's Cranelift code goes to, read off the name of the file the shim
+/// reserved for it in the compile cache (`.tmp-reserved-<pid>-<seq>-<entry>`, see
+/// `spin_runtime::compile_cache`); `None` for any other file name.
+pub fn reserved_entry(file_name: &str) -> Option<&str> {
+    file_name
+        .strip_prefix(".tmp-reserved-")?
+        .splitn(3, '-')
+        .nth(2)
+}
+
+/// Whether process `pid` has the compile-cache entry `entry` mapped (its code swapped in).
+pub fn maps_entry(pid: u32, entry: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.contains(&format!("/{entry}")))
+}

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use integration::sdk_apps::{rss_mib, SDK_APPS};
+use integration::sdk_apps::{maps_entry, reserved_entry, rss_mib, SDK_APPS};
 use integration::{
     require_shim, wait_for, CgroupMode, Containerd, ContainerdConfig, ContainerdVersion,
 };
@@ -63,10 +63,7 @@ fn run() -> Result<()> {
                 let cranelift = entries(cache.path())?
                     .into_iter()
                     .filter(|e| !before.contains(e))
-                    .find_map(|e| {
-                        let rest = e.strip_prefix(".tmp-reserved-")?;
-                        Some(rest.splitn(3, '-').nth(2)?.to_string())
-                    })
+                    .find_map(|e| reserved_entry(&e).map(str::to_string))
                     .with_context(|| {
                         format!(
                             "{}: {} bytes of Wasm, but the shim reserved no Cranelift entry \
@@ -76,10 +73,8 @@ fn run() -> Result<()> {
                             c.log_tail(30)
                         )
                     })?;
-                let maps = format!("/proc/{pid}/maps");
                 wait_for(Duration::from_secs(300), || {
-                    let m = std::fs::read_to_string(&maps).ok()?;
-                    m.contains(&format!("/{cranelift}")).then_some(())
+                    maps_entry(pid, &cranelift).then_some(())
                 })
                 .with_context(|| {
                     format!(

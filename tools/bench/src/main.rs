@@ -35,6 +35,7 @@ use cri_tests::cri::{ContainerSpec, Cri};
 use cri_tests::kubelet::{CgroupDriver, QosClass};
 use cri_tests::node::{ContainerdVersion, Node};
 use cri_tests::scenario::{self, KubeletPod};
+use integration::sdk_apps::{maps_entry, reserved_entry};
 
 const HELLO_IMAGE: &str = "docker.io/library/spin-hello:bench";
 const CPU_IMAGE: &str = "docker.io/library/spin-cpu:bench";
@@ -378,16 +379,13 @@ fn cranelift_mapped(cache: &Path, pid: u32, timeout: Duration) -> Result<Option<
     let t0 = Instant::now();
     let reserved = std::fs::read_dir(cache)?.find_map(|e| {
         let name = e.ok()?.file_name().to_string_lossy().into_owned();
-        let rest = name.strip_prefix(".tmp-reserved-")?;
-        Some(rest.splitn(3, '-').nth(2)?.to_string())
+        reserved_entry(&name).map(str::to_string)
     });
     let Some(entry) = reserved else {
         return Ok(None);
     };
-    let needle = format!("/{entry}");
     while t0.elapsed() < timeout {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        if maps.contains(&needle) {
+        if maps_entry(pid, &entry) {
             return Ok(Some(t0.elapsed()));
         }
         std::thread::sleep(Duration::from_millis(20));
