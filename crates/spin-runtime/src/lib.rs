@@ -27,6 +27,7 @@ pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod p3;
+mod reuse;
 pub mod routing;
 pub mod runtime;
 pub mod server;

@@ -36,6 +36,24 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Env var: most connections served at once; further clients wait in the listen backlog
 /// until one closes.
 pub const MAX_CONNECTIONS_ENV: &str = "SPIN_SHIM_MAX_CONNECTIONS";
+/// Env var: how many requests one instance of a WASIp3 component serves before it is
+/// dropped (Spin's and `wasmtime serve`'s `--max-instance-reuse-count`); `1` gives every
+/// request a fresh instance, as for WASIp2 components.
+pub const MAX_INSTANCE_REUSE_COUNT_ENV: &str = "SPIN_SHIM_MAX_INSTANCE_REUSE_COUNT";
+/// Default reuse count: Spin's and `wasmtime serve`'s for WASIp3 components.
+pub const DEFAULT_MAX_INSTANCE_REUSE_COUNT: usize = 128;
+/// Env var: how many requests one instance of a WASIp3 component serves at once
+/// (`--max-instance-concurrent-reuse-count`).
+pub const MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV: &str =
+    "SPIN_SHIM_MAX_INSTANCE_CONCURRENT_REUSE_COUNT";
+/// Default concurrent reuse count: Spin's and `wasmtime serve`'s for WASIp3 components.
+pub const DEFAULT_MAX_INSTANCE_CONCURRENT_REUSE_COUNT: usize = 16;
+/// Env var: how long an idle WASIp3 instance is kept for the next request
+/// (`--idle-instance-timeout`). A duration; `0` drops an instance as soon as it is idle.
+pub const IDLE_INSTANCE_TIMEOUT_ENV: &str = "SPIN_SHIM_IDLE_INSTANCE_TIMEOUT";
+/// Default idle-instance timeout: Spin's and `wasmtime serve`'s (1 s).
+pub const DEFAULT_IDLE_INSTANCE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// File descriptors kept back from the connection cap for the runtime's own use (app files,
 /// key-value databases, outbound connections, the compile cache).
 pub const RESERVED_FDS: u64 = 64;
@@ -103,6 +121,32 @@ pub struct Limits {
     pub idle_timeout: Option<Duration>,
     /// Connection cap.
     pub max_connections: usize,
+    /// Instance reuse for WASIp3 components.
+    pub reuse: InstanceReuse,
+}
+
+/// How instances of a WASIp3 (`wasi:http/handler@0.3`) component are reused, as Spin and
+/// `wasmtime serve` do by default: such a component may serve several requests, also at
+/// once, from one instance (its global state persists between them). WASIp2 handlers are
+/// synchronous exports and always get a fresh instance per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceReuse {
+    /// Requests one instance serves in all ([`MAX_INSTANCE_REUSE_COUNT_ENV`]).
+    pub max_requests: usize,
+    /// Requests one instance serves at once ([`MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV`]).
+    pub max_concurrent: usize,
+    /// How long an idle instance waits for its next request ([`IDLE_INSTANCE_TIMEOUT_ENV`]).
+    pub idle_timeout: Duration,
+}
+
+impl Default for InstanceReuse {
+    fn default() -> Self {
+        InstanceReuse {
+            max_requests: DEFAULT_MAX_INSTANCE_REUSE_COUNT,
+            max_concurrent: DEFAULT_MAX_INSTANCE_CONCURRENT_REUSE_COUNT,
+            idle_timeout: DEFAULT_IDLE_INSTANCE_TIMEOUT,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -113,6 +157,7 @@ impl Default for Limits {
             header_read_timeout: Some(DEFAULT_HEADER_READ_TIMEOUT),
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             max_connections: default_max_connections(),
+            reuse: InstanceReuse::default(),
         }
     }
 }
@@ -126,23 +171,37 @@ impl Limits {
             Some(v) if v.trim().is_empty() => Ok(default),
             Some(v) => parse_duration(var, &v),
         };
-        let max_connections = match lookup(MAX_CONNECTIONS_ENV) {
+        let count = |var: &str, what: &str, example: usize, default: usize| match lookup(var) {
             Some(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => {
-                    return Err(anyhow!(
-                        "{MAX_CONNECTIONS_ENV}=`{v}` must be a number of connections above 0 \
-                         (e.g. 1000)"
-                    ))
-                }
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(anyhow!(
+                    "{var}=`{v}` must be a number of {what} above 0 (e.g. {example})"
+                )),
             },
-            _ => d.max_connections,
+            _ => Ok(default),
         };
+        let r = d.reuse;
         Ok(Limits {
             request_timeout: duration(REQUEST_TIMEOUT_ENV, d.request_timeout)?,
             header_read_timeout: duration(HEADER_READ_TIMEOUT_ENV, d.header_read_timeout)?,
             idle_timeout: duration(IDLE_TIMEOUT_ENV, d.idle_timeout)?,
-            max_connections,
+            max_connections: count(MAX_CONNECTIONS_ENV, "connections", 1000, d.max_connections)?,
+            reuse: InstanceReuse {
+                max_requests: count(
+                    MAX_INSTANCE_REUSE_COUNT_ENV,
+                    "requests per instance",
+                    r.max_requests,
+                    r.max_requests,
+                )?,
+                max_concurrent: count(
+                    MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV,
+                    "concurrent requests per instance",
+                    r.max_concurrent,
+                    r.max_concurrent,
+                )?,
+                idle_timeout: duration(IDLE_INSTANCE_TIMEOUT_ENV, Some(r.idle_timeout))?
+                    .unwrap_or(Duration::ZERO),
+            },
         })
     }
 }
@@ -334,16 +393,17 @@ mod tests {
         );
     }
 
+    /// An env lookup answering from `pairs`.
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
     #[test]
     fn limits_from_env() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let l = Limits::from_env(env(&[])).unwrap();
         assert_eq!(l.request_timeout, Some(DEFAULT_REQUEST_TIMEOUT));
         assert_eq!(l.header_read_timeout, Some(DEFAULT_HEADER_READ_TIMEOUT));
@@ -360,6 +420,37 @@ mod tests {
         assert_eq!(l.max_connections, 7);
         let e = Limits::from_env(env(&[(MAX_CONNECTIONS_ENV, "0")])).unwrap_err();
         assert!(e.to_string().contains(MAX_CONNECTIONS_ENV), "{e}");
+    }
+
+    #[test]
+    fn instance_reuse_defaults_are_spins_and_each_knob_is_checked() {
+        let r = Limits::from_env(env(&[])).unwrap().reuse;
+        assert_eq!((r.max_requests, r.max_concurrent), (128, 16));
+        assert_eq!(r.idle_timeout, Duration::from_secs(1));
+        let r = Limits::from_env(env(&[
+            (MAX_INSTANCE_REUSE_COUNT_ENV, "1"),
+            (MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV, "4"),
+            (IDLE_INSTANCE_TIMEOUT_ENV, "0"),
+        ]))
+        .unwrap()
+        .reuse;
+        assert_eq!((r.max_requests, r.max_concurrent), (1, 4));
+        assert_eq!(r.idle_timeout, Duration::ZERO);
+        for var in [
+            MAX_INSTANCE_REUSE_COUNT_ENV,
+            MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV,
+        ] {
+            for bad in ["0", "-3", "many"] {
+                let e = Limits::from_env(env(&[(var, bad)]))
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(var) && e.contains(bad), "{e}");
+            }
+        }
+        let e = Limits::from_env(env(&[(IDLE_INSTANCE_TIMEOUT_ENV, "soon")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(IDLE_INSTANCE_TIMEOUT_ENV), "{e}");
     }
 
     #[test]

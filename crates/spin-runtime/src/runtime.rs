@@ -280,6 +280,74 @@ pub(crate) struct PreparedComponent {
     /// (host dir, guest path), mounted read-only.
     preopens: Preopens,
     host: HostState,
+    /// The reused instances of a WASIp3 HTTP component ([`crate::reuse`]).
+    p3_instances: std::sync::OnceLock<crate::reuse::P3Handler>,
+}
+
+impl PreparedComponent {
+    /// A fresh store for this component, its linear memories capped at
+    /// `max_instance_memory`, with the guest's `args` and, if `stdin`, the process's
+    /// standard input (for a command trigger).
+    pub(crate) fn new_store(
+        &self,
+        max_instance_memory: Option<usize>,
+        args: &[String],
+        stdin: bool,
+    ) -> anyhow::Result<Store<InstanceState>> {
+        let component = self;
+        let mut wasi = WasiCtxBuilder::new();
+        if otel_export::logs_enabled() || otel_export::enabled() {
+            wasi.stdout(AppOutput::new(wasmtime_wasi::cli::stdout(), &component.id))
+                .stderr(AppOutput::new(wasmtime_wasi::cli::stderr(), &component.id));
+        } else {
+            wasi.inherit_stdout().inherit_stderr();
+        }
+        wasi.envs(&component.env);
+        wasi.args(args);
+        if stdin {
+            wasi.inherit_stdin();
+        }
+        for (host_dir, guest) in &component.preopens {
+            wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
+                .map_err(anyhow::Error::from)
+                .with_context(|| {
+                    format!(
+                        "component `{}`: cannot open {}",
+                        component.id,
+                        host_dir.display()
+                    )
+                })?;
+        }
+        let state = InstanceState {
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            limits: MemoryLimiter::new(max_instance_memory),
+            host: component.host.clone(),
+            slice: Arc::new(TimeSlice::start()),
+        };
+        let mut store = Store::new(component.instance_pre.engine(), state);
+        store.limiter(|s| &mut s.limits);
+        // A busy guest yields to the executor once its time slice is used up, so it never
+        // holds a worker thread for long; the request deadline is enforced around the call
+        // (server.rs), at those yields.
+        let slice = Arc::clone(&store.data().slice);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if !slice.used_up() {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            let slice = Arc::clone(&slice);
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    slice.restart();
+                }),
+            ))
+        });
+        Ok(store)
+    }
 }
 
 /// What loading did, for logs and tests.
@@ -465,6 +533,7 @@ impl LoadedApp {
                         .collect(),
                     preopens,
                     host,
+                    p3_instances: Default::default(),
                 }),
             );
         }
@@ -528,6 +597,8 @@ impl LoadedApp {
             env: old.env.clone(),
             preopens: old.preopens.clone(),
             host: old.host.clone(),
+            // Instances of the old code finish what they took and expire when idle.
+            p3_instances: Default::default(),
         }));
         Ok(())
     }
@@ -553,57 +624,26 @@ impl LoadedApp {
         args: &[String],
         stdin: bool,
     ) -> anyhow::Result<Store<InstanceState>> {
-        let mut wasi = WasiCtxBuilder::new();
-        if otel_export::logs_enabled() || otel_export::enabled() {
-            wasi.stdout(AppOutput::new(wasmtime_wasi::cli::stdout(), &component.id))
-                .stderr(AppOutput::new(wasmtime_wasi::cli::stderr(), &component.id));
-        } else {
-            wasi.inherit_stdout().inherit_stderr();
-        }
-        wasi.envs(&component.env);
-        wasi.args(args);
-        if stdin {
-            wasi.inherit_stdin();
-        }
-        for (host_dir, guest) in &component.preopens {
-            wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
-                .map_err(anyhow::Error::from)
-                .with_context(|| {
-                    format!(
-                        "component `{}`: cannot open {}",
-                        component.id,
-                        host_dir.display()
-                    )
-                })?;
-        }
-        let state = InstanceState {
-            wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
-            limits: MemoryLimiter::new(self.max_instance_memory),
-            host: component.host.clone(),
-        };
-        let mut store = Store::new(component.instance_pre.engine(), state);
-        store.limiter(|s| &mut s.limits);
-        // A busy guest yields to the executor once its time slice is used up, so it never
-        // holds a worker thread for long; the request deadline is enforced around the call
-        // (server.rs), at those yields.
-        let slice = Arc::new(TimeSlice::start());
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if !slice.used_up() {
-                return Ok(UpdateDeadline::Continue(1));
-            }
-            let slice = Arc::clone(&slice);
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    slice.restart();
-                }),
-            ))
+        component.new_store(self.max_instance_memory, args, stdin)
+    }
+
+    /// The instances serving WASIp3 component `component`'s requests, created on its first
+    /// request ([`crate::reuse`]).
+    pub(crate) fn p3_instances(
+        &self,
+        component: &Arc<PreparedComponent>,
+        pre: &wasmtime_wasi_http::p3::bindings::ServicePre<InstanceState>,
+    ) -> crate::reuse::P3Handler {
+        let handler = component.p3_instances.get_or_init(|| {
+            crate::reuse::handler(
+                component,
+                pre.clone(),
+                self.max_instance_memory,
+                &self.limits,
+                self.metrics.clone(),
+            )
         });
-        Ok(store)
+        handler.clone()
     }
 
     /// The pre-instantiated HTTP handler of a component an HTTP trigger routes to.

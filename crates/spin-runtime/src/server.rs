@@ -226,7 +226,7 @@ enum TaskEnd {
 /// deadline also ends a guest that never calls the host.
 async fn call_component<B>(
     app: &LoadedApp,
-    component: &crate::runtime::PreparedComponent,
+    component: &Arc<crate::runtime::PreparedComponent>,
     req: Request<B>,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
@@ -238,7 +238,7 @@ where
     {
         HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
-        HttpPre::P3(pre) => return call_component_p3(app, component, pre.clone(), req).await,
+        HttpPre::P3(pre) => return call_component_p3(app, component, pre, req).await,
     };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -435,20 +435,29 @@ fn task_end(
             if let Some(m) = metrics {
                 m.trapped(id);
             }
-            let e = anyhow::Error::from(e);
-            Err(CallError::Failed(
-                match (limiter.refused(), limiter.max()) {
-                    (Some(wanted), Some(max)) => e.context(format!(
-                        "component `{id}` ran out of memory: it tried to grow a linear memory \
-                         to {wanted} bytes, over the per-instance cap of {max} bytes (set {} \
-                         to change it; by default half the container's memory limit); only \
-                         this request failed",
-                        crate::runtime::MAX_MEMORY_ENV
-                    )),
-                    _ => e,
-                },
-            ))
+            Err(CallError::Failed(memory_cause(
+                anyhow::Error::from(e),
+                limiter,
+                id,
+            )))
         }
+    }
+}
+
+/// `e`, a guest's failure, with the memory cap named when a growth over it caused it.
+pub(crate) fn memory_cause(
+    e: anyhow::Error,
+    limiter: &crate::limits::MemoryLimiter,
+    id: &str,
+) -> anyhow::Error {
+    match (limiter.refused(), limiter.max()) {
+        (Some(wanted), Some(max)) => e.context(format!(
+            "component `{id}` ran out of memory: it tried to grow a linear memory to {wanted} \
+             bytes, over the per-instance cap of {max} bytes (set {} to change it; by default \
+             half the container's memory limit); only this instance's requests failed",
+            crate::runtime::MAX_MEMORY_ENV
+        )),
+        _ => e,
     }
 }
 
@@ -464,73 +473,59 @@ fn no_response<T>(end: Result<(), CallError>) -> Result<T, CallError> {
 }
 
 /// As [`call_component`], for a WASIp3 component (`wasi:http/handler@0.3.0`): the request
-/// becomes a `wasi:http/types.request` with an absolute URI (`http://<host><path>`, as the
-/// WASIp2 path's scheme and authority), `handle` runs inside the store's concurrent event
-/// loop, and the loop keeps running after the response is returned, until the guest's
-/// tasks have all ended (its body and trailers are written from them), or the deadline.
+/// (with an absolute URI, `http://<host><path>`, as the WASIp2 path's scheme and authority)
+/// goes to one of the component's instances, which may serve others before and beside it
+/// ([`crate::reuse`]); the instance keeps running after the response is returned, writing
+/// its body and trailers from its own tasks.
 async fn call_component_p3<B>(
     app: &LoadedApp,
-    component: &crate::runtime::PreparedComponent,
-    pre: wasmtime_wasi_http::p3::bindings::ServicePre<crate::InstanceState>,
+    component: &Arc<crate::runtime::PreparedComponent>,
+    pre: &wasmtime_wasi_http::p3::bindings::ServicePre<crate::InstanceState>,
     req: Request<B>,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<wasmtime_wasi_http::Error>,
 {
-    let mut store = app.new_store(component)?;
-    let (sender, receiver) =
-        tokio::sync::oneshot::channel::<Result<Response<HyperOutgoingBody>, String>>();
-    let req = absolute_uri(req);
-    let deadline = app.limits.request_timeout;
-    let id = component.id.clone();
-    let metrics = app.metrics.clone();
-    let guest = Box::pin(async move {
-        let end = {
-            let run = async {
-                let service = pre.instantiate_async(&mut store).await?;
-                if let Some(m) = &metrics {
-                    m.instantiated(&id);
-                }
-                store
-                    .run_concurrent(async move |accessor| -> wasmtime::Result<()> {
-                        let (request, request_io) = accessor.with(|mut access| {
-                            let view = access.data_mut().http();
-                            let (request, io) =
-                                wasmtime_wasi_http::p3::Request::from_http(view.hooks, req);
-                            // Boxed: the future is `'static`, but its type names the
-                            // borrow of the hooks it was made with.
-                            (request, Box::pin(io) as RequestIo)
-                        });
-                        match service.handle(accessor, request).await? {
-                            Ok(response) => {
-                                let response = accessor.with(|mut access| {
-                                    response.into_http(&mut access, request_io)
-                                })?;
-                                let _ = sender.send(Ok(response));
-                            }
-                            Err(code) => {
-                                let _ = sender.send(Err(format!("{code:?}")));
-                            }
-                        }
-                        std::future::poll_fn(|cx| accessor.poll_no_interesting_tasks(cx)).await;
-                        Ok(())
-                    })
-                    .await?
-            };
-            within(deadline, run).await
-        };
-        task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
-    });
-    match drive_until_response(guest, receiver).await? {
-        Ok(resp) => Ok(resp),
-        Err(code) => Err(anyhow!("component returned error {code}").into()),
+    use wasmtime_wasi_http::handler::{ExpirationError, InstantiationError, TrapOrPanicError};
+    let instances = app.p3_instances(component, pre);
+    let req = absolute_uri(req).map(|body| body.map_err(Into::into).boxed_unsync());
+    let started = std::time::Instant::now();
+    let e = match instances.handle((), req).await {
+        Ok(response) => return Ok(response),
+        Err(e) => e,
+    };
+    let state = instances.state();
+    let deadline = state.request_timeout();
+    let past_deadline = deadline.is_some_and(|d| started.elapsed() >= d);
+    if e.is::<ExpirationError>() || (e.is::<TrapOrPanicError>() && past_deadline) {
+        tracing::error!(
+            component = %state.id(),
+            "request ended: it ran longer than the request deadline of {:?} (set {} to \
+             change it, 0 for none)",
+            deadline.unwrap_or_default(),
+            crate::limits::REQUEST_TIMEOUT_ENV
+        );
+        return Err(CallError::Deadline);
     }
+    if e.is::<TrapOrPanicError>() {
+        return Err(anyhow!(
+            "the instance of component `{}` serving it was stopped (its error is logged \
+             above)",
+            state.id()
+        )
+        .into());
+    }
+    Err(match e.downcast::<InstantiationError<()>>() {
+        Ok(i) => anyhow!(
+            "cannot instantiate component `{}`: {:#}",
+            state.id(),
+            i.error
+        ),
+        Err(e) => anyhow::Error::from(e),
+    }
+    .into())
 }
-
-/// How the request body's transmission ended, for the guest that consumed it.
-type RequestIo =
-    std::pin::Pin<Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send + 'static>>;
 
 /// `req` with an absolute `http://` URI, its authority from the `Host` header (which
 /// [`handle`] always sets).
@@ -567,7 +562,7 @@ const CHAINED_CLIENT_ADDR: SocketAddr =
 /// deadline and error handling as a request from the network.
 pub(crate) async fn call_chained(
     app: &LoadedApp,
-    component: &crate::runtime::PreparedComponent,
+    component: &Arc<crate::runtime::PreparedComponent>,
     mut req: Request<HyperOutgoingBody>,
 ) -> Result<Response<HyperOutgoingBody>, wasmtime_wasi_http::Error> {
     let route = RouteMatch {

@@ -21,7 +21,8 @@ pub struct HostContext {
     pub env: HashMap<String, String>,
 }
 
-/// The data of one `Store`: one component instance serving one request.
+/// The data of one `Store`: one component instance serving one request (or, for a reused
+/// WASIp3 instance, several: [`crate::reuse`]).
 pub struct InstanceState {
     /// WASI context (env, preopened files, stdio).
     pub wasi: WasiCtx,
@@ -33,6 +34,9 @@ pub struct InstanceState {
     pub limits: crate::limits::MemoryLimiter,
     /// Host-feature state (variables, key-value, outbound allow-list).
     pub host: HostState,
+    /// The time slice the store's epoch callback checks; restarted when a reused instance
+    /// takes its next request.
+    pub slice: std::sync::Arc<crate::limits::TimeSlice>,
 }
 
 impl WasiView for InstanceState {

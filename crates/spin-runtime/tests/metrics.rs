@@ -9,14 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The samples of `query` as (labels, value), from Prometheus' HTTP API.
 fn query(prom: SocketAddr, query: &str) -> Vec<(serde_json::Value, f64)> {
     if std::net::TcpStream::connect(prom).is_err() {

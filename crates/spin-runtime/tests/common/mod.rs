@@ -276,6 +276,15 @@ impl HttpResponse {
     }
 }
 
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// One HTTP/1.1 request with `Connection: close`, 60 s timeout.
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
     request_with(addr, method, path, &[], body)
