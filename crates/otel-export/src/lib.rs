@@ -639,6 +639,21 @@ pub fn set_parent_from(span: &tracing::Span, headers: &http::HeaderMap) {
     let _ = span.set_parent(cx);
 }
 
+/// A span's OpenTelemetry context, kept to parent spans made outside it (in another task,
+/// after it ended) without keeping the span itself open.
+#[derive(Clone, Debug, Default)]
+pub struct ParentContext(opentelemetry::Context);
+
+/// `span`'s context, for [`set_parent_context`].
+pub fn context_of(span: &tracing::Span) -> ParentContext {
+    ParentContext(span.context())
+}
+
+/// Makes `span` (not yet entered) a child of the span `parent` was taken from.
+pub fn set_parent_context(span: &tracing::Span, parent: &ParentContext) {
+    let _ = span.set_parent(parent.0.clone());
+}
+
 /// Writes `span`'s context into `headers` as W3C `traceparent`/`tracestate`.
 pub fn inject_into(span: &tracing::Span, headers: &mut http::HeaderMap) {
     let cx = span.context();

@@ -256,7 +256,8 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
     let mut vars = linker.instance("spin:variables/variables@3.0.0")?;
     vars.func_wrap_concurrent("get", |accessor, (name,): (String,)| {
         use tracing::Instrument as _;
-        let span = crate::host::import_span("variables", "get");
+        let span =
+            accessor.with(|mut a| crate::host::import_span("variables", "get", &a.data_mut().host));
         Box::pin(
             async move {
                 let result = accessor.with(|mut access| {

@@ -133,7 +133,8 @@ pub(crate) struct P3Worker {
 
 impl WorkerState for P3Worker {
     type StoreData = InstanceState;
-    type RequestData = ();
+    /// The request's server span, the parent of its host calls' spans.
+    type RequestData = tracing::Span;
 
     fn should_accept_request(&self, concurrent: usize, total: usize) -> ShouldAccept {
         if total >= self.reuse.max_requests {
@@ -147,12 +148,16 @@ impl WorkerState for P3Worker {
 
     fn on_request_start(
         &self,
-        store: StoreContextMut<'_, InstanceState>,
-        _: (),
+        mut store: StoreContextMut<'_, InstanceState>,
+        span: tracing::Span,
         _: GuestTaskId,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + Sync + 'static>> {
         // An instance idle since its last slice would otherwise yield at its first check.
         store.data().slice.restart();
+        // Requests served at once share the latest one's trace for their host calls.
+        if otel_export::enabled() {
+            store.data_mut().host.request_trace = Some(otel_export::context_of(&span));
+        }
         match self.request_timeout {
             Some(d) => Box::pin(tokio::time::sleep(d)),
             None => Box::pin(std::future::pending()),

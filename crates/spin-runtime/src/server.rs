@@ -491,7 +491,7 @@ where
     let instances = app.p3_instances(component, pre);
     let req = absolute_uri(req).map(|body| body.map_err(Into::into).boxed_unsync());
     let started = std::time::Instant::now();
-    let e = match instances.handle((), req).await {
+    let e = match instances.handle(tracing::Span::current(), req).await {
         Ok(response) => return Ok(response),
         Err(e) => e,
     };
@@ -516,7 +516,7 @@ where
         )
         .into());
     }
-    Err(match e.downcast::<InstantiationError<()>>() {
+    Err(match e.downcast::<InstantiationError<tracing::Span>>() {
         Ok(i) => anyhow!(
             "cannot instantiate component `{}`: {:#}",
             state.id(),

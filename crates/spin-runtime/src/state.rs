@@ -79,7 +79,7 @@ impl WasiHttpHooks for HostState {
     > {
         let _ = fut;
         let mut request = request;
-        let span = outbound_span(&mut request);
+        let span = outbound_span(&mut request, self);
         let verdict = host::check_outbound(self, request.uri());
         if let Some(target) = crate::chain::chaining_target(request.uri()) {
             let chain = self.chain.clone();
@@ -131,7 +131,7 @@ impl WasiHttpHooks for HostState {
 
 /// The client span of an outbound request (scheme, host, port and path; never the query),
 /// whose context goes out as the request's `traceparent`. `Span::none()` when traces are off.
-fn outbound_span<B>(request: &mut http::Request<B>) -> tracing::Span {
+fn outbound_span<B>(request: &mut http::Request<B>, state: &HostState) -> tracing::Span {
     if !otel_export::enabled() {
         return tracing::Span::none();
     }
@@ -159,6 +159,7 @@ fn outbound_span<B>(request: &mut http::Request<B>) -> tracing::Span {
     if let Some(p) = port {
         span.record("server.port", p);
     }
+    crate::host::adopt_request_trace(&span, state);
     otel_export::inject_into(&span, request.headers_mut());
     span
 }

@@ -2,7 +2,8 @@
 //! that decodes OTLP with the published `opentelemetry-proto` crate (gRPC with tonic,
 //! HTTP/protobuf with prost, plain or TLS): the request's server span continues the caller's
 //! `traceparent`, outbound HTTP and key-value calls are its children, the upstream sees the
-//! outbound span's `traceparent`, stored values never appear in exported spans; Spin's
+//! outbound span's `traceparent`, stored values never appear in exported spans; the Spin 4
+//! (WASIp3) host calls of an instance reused across requests join each request's trace; Spin's
 //! `spin.request_count` counter and the app's output as log records arrive; an `https://`
 //! collector with a private CA and a required client certificate gets all three; and
 //! without `OTEL_*` no exporter runs.
@@ -81,6 +82,20 @@ fn app(upstream: SocketAddr) -> tempfile::TempDir {
     ))
 }
 
+/// `spin-serve` for the app in `dir`, sending traces to `collector` over gRPC as `service`.
+fn traced_server(dir: &std::path::Path, collector: &Collector, service: &str) -> Server {
+    let endpoint = format!("http://{}", collector.grpc);
+    Server::start(
+        dir,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_SERVICE_NAME", service),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -102,16 +117,7 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
     let collector = Collector::start();
     let (up, seen) = upstream();
     let dir = app(up);
-    let endpoint = format!("http://{}", collector.grpc);
-    let server = Server::start(
-        dir.path(),
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_SERVICE_NAME", "otel-test"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    );
+    let server = traced_server(dir.path(), &collector, "otel-test");
     assert_eq!(threads_named(server.child.id(), "otel-export"), 1);
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent_id = "00f067aa0ba902b7";
@@ -202,6 +208,86 @@ fn grpc_traces_continue_traceparent_and_cover_host_calls() {
     // No span, attribute or event carries the stored value.
     let dump = format!("{spans:?}");
     assert!(!dump.contains(secret), "a stored value was exported");
+}
+
+#[test]
+fn host_calls_of_a_reused_wasip3_instance_join_each_requests_trace() {
+    let collector = Collector::start();
+    guest_wasm("sdk6_http.wasm");
+    let dir = app_from_manifest(
+        "spin_manifest_version = 2\n[application]\nname = \"otel-p3\"\n\
+         [[trigger.http]]\nroute = \"/host\"\ncomponent = \"p3\"\n\
+         [[trigger.http]]\nroute = \"/count\"\ncomponent = \"p3\"\n\
+         [component.p3]\nsource = \"{WASM_DIR}/sdk6_http.wasm\"\n\
+         key_value_stores = [\"default\"]\n",
+    );
+    let server = traced_server(dir.path(), &collector, "otel-p3");
+    // Two requests, each in its own trace, then proof they ran in one (reused) instance.
+    let traces = [
+        ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"),
+        ("1bf7651916cd43dd8448eb211c80319d", "c7ad6b7169203332"),
+    ];
+    let count = |server: &Server| request(server.addr, "GET", "/count", b"").text();
+    assert_eq!(count(&server).trim(), "1");
+    for (trace, parent) in traces {
+        let tp = format!("00-{trace}-{parent}-01");
+        assert_eq!(
+            send(
+                server.addr,
+                "GET",
+                "/host?op=kv",
+                &[("traceparent", &tp)],
+                b""
+            ),
+            200
+        );
+    }
+    assert_eq!(
+        count(&server).trim(),
+        "2",
+        "the requests did not share an instance"
+    );
+    let spans = collector.wait_for("two requests' key-value spans", |s| {
+        traces.iter().all(|(trace, _)| {
+            s.iter()
+                .filter(|r| {
+                    r.span.name.starts_with("key-value/") && hex(&r.span.trace_id) == *trace
+                })
+                .count()
+                >= 5
+        })
+    });
+    for (trace, parent) in traces {
+        let server_span = spans
+            .iter()
+            .find(|r| r.span.kind == SpanKind::Server as i32 && hex(&r.span.trace_id) == trace)
+            .unwrap_or_else(|| panic!("no server span in trace {trace}"));
+        assert_eq!(hex(&server_span.span.parent_span_id), parent);
+        let kv: Vec<_> = spans
+            .iter()
+            .filter(|r| r.span.name.starts_with("key-value/") && hex(&r.span.trace_id) == trace)
+            .collect();
+        for s in &kv {
+            assert_eq!(
+                s.span.parent_span_id, server_span.span.span_id,
+                "{} is not a child of its request's server span",
+                s.span.name
+            );
+        }
+    }
+    // No host-call span started a trace of its own.
+    let orphans: Vec<_> = spans
+        .iter()
+        .filter(|r| {
+            r.span.name.starts_with("key-value/")
+                && !traces.iter().any(|(t, _)| hex(&r.span.trace_id) == *t)
+        })
+        .map(|r| r.span.name.clone())
+        .collect();
+    assert!(
+        orphans.is_empty(),
+        "host calls outside the requests' traces: {orphans:?}"
+    );
 }
 
 #[test]

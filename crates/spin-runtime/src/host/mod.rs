@@ -26,14 +26,33 @@
 // `HOST_CALL_SPAN`).
 
 /// The span of one host call of a Spin 4 interface: the one `bindgen!`'s `tracing` flag makes
-/// for the Spin 3 forms (see above).
-pub(crate) fn import_span(module: &'static str, function: &'static str) -> tracing::Span {
-    tracing::span!(
+/// for the Spin 3 forms (see above). Its parent is the current span, or, in a reused WASIp3
+/// instance's task (no current span), `host`'s request ([`adopt_request_trace`]).
+pub(crate) fn import_span(
+    module: &'static str,
+    function: &'static str,
+    host: &HostState,
+) -> tracing::Span {
+    // The bindings' target: the exporter passes host-call spans by it at TRACE.
+    let span = tracing::span!(
+        target: otel_export::HOST_CALL_TARGETS,
         tracing::Level::TRACE,
         "wit-bindgen import",
         module = module,
         function = function
-    )
+    );
+    adopt_request_trace(&span, host);
+    span
+}
+
+/// Makes `span`, just created by a host call, a child of the request the instance last took
+/// when there is no current span (in a reused WASIp3 instance's task) to be its parent.
+pub(crate) fn adopt_request_trace(span: &tracing::Span, host: &HostState) {
+    if let Some(parent) = &host.request_trace {
+        if !span.is_disabled() && tracing::Span::current().is_none() {
+            otel_export::set_parent_context(span, parent);
+        }
+    }
 }
 
 /// Defines the WIT `async func` `$name` of interface `$module` in linker instance `$inst`
@@ -47,7 +66,7 @@ macro_rules! async_func {
             move |acc: &wasmtime::component::Accessor<crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = crate::host::import_span(module, $name);
+                let span = acc.with(|mut a| crate::host::import_span(module, $name, &a.data_mut().host));
                 Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) }.instrument(span))
             },
         )?
@@ -63,7 +82,7 @@ macro_rules! sync_func {
             $name,
             move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
-                let span = crate::host::import_span(module, $name);
+                let span = crate::host::import_span(module, $name, &store.data().host);
                 let _entered = span.enter();
                 Ok(($f(&mut store.data_mut().host, $($arg),*)?,))
             },
@@ -81,7 +100,7 @@ macro_rules! blocking_func {
             move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = crate::host::import_span(module, $name);
+                let span = crate::host::import_span(module, $name, &store.data().host);
                 Box::new(
                     async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) }
                         .instrument(span),
@@ -228,6 +247,10 @@ pub struct HostState {
     open_connections: usize,
     /// The app itself, for service chaining and self requests ([`crate::chain`]).
     pub(crate) chain: Arc<crate::chain::ChainSlot>,
+    /// The trace context of the request a reused WASIp3 instance most recently took
+    /// ([`crate::reuse`]) when traces are exported: such an instance runs in a task of its
+    /// own, outside the request's span, so its host calls' spans take this parent.
+    pub(crate) request_trace: Option<otel_export::ParentContext>,
 }
 
 /// At most this many outbound connections may be open at once in one instance.
@@ -242,6 +265,7 @@ impl Clone for HostState {
             open_stores: 0,
             open_connections: 0,
             chain: self.chain.clone(),
+            request_trace: None,
         }
     }
 }
@@ -274,6 +298,7 @@ impl Default for HostState {
             open_stores: 0,
             open_connections: 0,
             chain: Default::default(),
+            request_trace: None,
         }
     }
 }
@@ -351,6 +376,7 @@ impl HostState {
             open_stores: 0,
             open_connections: 0,
             chain: Default::default(),
+            request_trace: None,
         })
     }
 
