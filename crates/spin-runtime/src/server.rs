@@ -166,37 +166,40 @@ fn request_span<B>(req: &Request<B>, route: &str, component: &str) -> tracing::S
 
 /// Adds the headers Spin gives every component request.
 fn add_spin_headers<B>(req: &mut Request<B>, route: &RouteMatch, client: SocketAddr) {
+    const FULL_URL: HeaderName = HeaderName::from_static("spin-full-url");
+    const PATH_INFO: HeaderName = HeaderName::from_static("spin-path-info");
+    const MATCHED_ROUTE: HeaderName = HeaderName::from_static("spin-matched-route");
+    const BASE_PATH: HeaderName = HeaderName::from_static("spin-base-path");
+    const RAW_COMPONENT_ROUTE: HeaderName = HeaderName::from_static("spin-raw-component-route");
+    const COMPONENT_ROUTE: HeaderName = HeaderName::from_static("spin-component-route");
+    const CLIENT_ADDR: HeaderName = HeaderName::from_static("spin-client-addr");
     let host = req
         .headers()
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost")
-        .to_string();
-    let path_and_query = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".to_string());
-    let full_url = format!("http://{host}{path_and_query}");
+        .unwrap_or("localhost");
+    let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let full_url = owned_header_value(format!("http://{host}{path_and_query}"));
+    let matched_route = header_value(&route.route);
     let h = req.headers_mut();
-    let mut set = |name: &str, value: &str| {
+    h.insert(FULL_URL, full_url);
+    h.insert(PATH_INFO, header_value(&route.path_info));
+    h.insert(MATCHED_ROUTE, matched_route.clone());
+    h.insert(BASE_PATH, HeaderValue::from_static("/"));
+    h.insert(RAW_COMPONENT_ROUTE, matched_route);
+    h.insert(COMPONENT_ROUTE, header_value(&route.component_route));
+    h.insert(CLIENT_ADDR, owned_header_value(client.to_string()));
+    for (name, value) in &route.captures {
+        let name = format!("spin-path-match-{}", name.to_ascii_lowercase());
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
             h.insert(name, header_value(value));
         }
-    };
-    set("spin-full-url", &full_url);
-    set("spin-path-info", &route.path_info);
-    set("spin-matched-route", &route.route);
-    set("spin-base-path", "/");
-    set("spin-raw-component-route", &route.route);
-    set("spin-component-route", &route.component_route);
-    set("spin-client-addr", &client.to_string());
-    for (name, value) in &route.captures {
-        set(
-            &format!("spin-path-match-{}", name.to_ascii_lowercase()),
-            value,
-        );
     }
+}
+
+/// As [`header_value`], taking the string without copying it.
+fn owned_header_value(s: String) -> HeaderValue {
+    HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Why a component call gave no response.
