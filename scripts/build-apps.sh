@@ -6,6 +6,8 @@
 # built for wasm32-wasip2 and exports the WASIp3 handler (wasi:http/handler@0.3.0-rc-2026-03-15).
 # mw-header and mw-upper are Spin 4 HTTP middleware (world wasi:http/middleware, written with
 # wit-bindgen against the wasip3 crate's WIT), used by mw-app in front of sdk6-http.
+# wasi-http-hello-p3 is the benchmarks' WASIp3 hello (the wasip3 crate's service world, WASI
+# imports only, so that `wasmtime serve` runs it too).
 # Output: tests/apps/target/wasm32-wasip{1,2}/release/*.wasm
 set -euo pipefail
 scripts="$(cd "$(dirname "$0")" && pwd)"

@@ -11,8 +11,10 @@
 //! - `shim`: the app in a CRI pod through `io.containerd.spin.v2` (when the caller has
 //!   started one),
 //!
-//! for `hello` (`/hello` of tests/apps/spin-hello) and `cpu` (fib(25) per request,
-//! tests/apps/spin-cpu), at each concurrency of `BENCH_CONNS` (default `1 16 64`), each
+//! for `hello` (`/hello` of tests/apps/spin-hello), `cpu` (fib(25) per request,
+//! tests/apps/spin-cpu) and `hello-p3` (tests/apps/wasi-http-hello-p3, a WASIp3 component
+//! whose instances each server reuses across requests; beside it `spin-serve (no reuse)`, a
+//! fresh instance per request), at each concurrency of `BENCH_CONNS` (default `1 16 64`), each
 //! point `BENCH_REPS` times (default 3) for `BENCH_DURATION` seconds. On a machine with two
 //! or more CPUs every server runs on CPU 0 and wrk (one thread) on CPU 1, so that load
 //! generator and server never share a core. The local servers are started on CPU 0
@@ -37,13 +39,16 @@ use super::{env_num, parse_wrk, spread, Wrk};
 /// How long a server may take to answer its first request (first compile included).
 const START_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The two workloads: a request path, the spin app serving it, and the component.
+/// The workloads: a request path, the spin app serving it, and the component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Work {
     /// `/hello` of spin-hello (echoes the Spin request headers).
     Hello,
     /// fib(25) per request (spin-cpu).
     Cpu,
+    /// `/hello` of the WASIp3 hello (tests/apps/wasi-http-hello-p3), whose instances Spin,
+    /// `wasmtime serve` and we reuse across requests.
+    HelloP3,
 }
 
 impl Work {
@@ -51,25 +56,43 @@ impl Work {
         match self {
             Work::Hello => "hello",
             Work::Cpu => "cpu",
+            Work::HelloP3 => "hello-p3",
         }
     }
     pub(crate) fn path(self) -> &'static str {
         match self {
-            Work::Hello => "/hello",
+            Work::Hello | Work::HelloP3 => "/hello",
             Work::Cpu => "/?n=25",
         }
     }
-    fn app(self) -> &'static str {
+    pub(crate) fn app(self) -> &'static str {
         match self {
             Work::Hello => "spin-hello",
             Work::Cpu => "spin-cpu",
+            Work::HelloP3 => "wasi-http-hello-p3",
         }
     }
     fn wasm(self) -> &'static str {
         match self {
             Work::Hello => "spin_hello.wasm",
             Work::Cpu => "spin_cpu.wasm",
+            Work::HelloP3 => "wasi_http_hello_p3.wasm",
         }
+    }
+
+    /// The component `wasmtime serve` runs: the built one, or for the WASIp3 hello (built
+    /// against Spin 4's WASI snapshot) a copy in `work` renamed to WASI 0.3.0, the release
+    /// wasmtime implements, as our runtime renames it when loading.
+    fn wasmtime_component(self, apps: &Path, work: &Path) -> Result<PathBuf> {
+        let built = apps.join(self.wasm());
+        if self != Work::HelloP3 {
+            return Ok(built);
+        }
+        let bytes = std::fs::read(&built)
+            .with_context(|| format!("{} (fix: make apps)", built.display()))?;
+        let renamed = work.join(self.wasm());
+        std::fs::write(&renamed, spin_runtime::p3::retarget_snapshot(&bytes)?)?;
+        Ok(renamed)
     }
 }
 
@@ -83,6 +106,9 @@ pub(crate) struct Endpoint {
     /// The serving process (pinned to CPU 0).
     pub(crate) pid: u32,
 }
+
+/// Extra environment of a server process.
+type Env = &'static [(&'static str, &'static str)];
 
 /// A server process, killed (SIGTERM, then SIGKILL) when dropped.
 pub(crate) struct Process {
@@ -303,6 +329,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
     let mut native = on_server_cpu(bin.join("examples/native-hello"));
     native.args(["--listen", &addr.to_string()]);
     let p = spawn_serving(native, addr, "/hello", &logs.join("native.log"))?;
+    // (The WASIp3 hello's ratios to native use the `hello` row: the same native `/hello`.)
     for w in [Work::Hello, Work::Cpu] {
         endpoints.push(Endpoint {
             server: "native",
@@ -329,7 +356,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
         processes.push(p);
         Ok(())
     };
-    for w in [Work::Hello, Work::Cpu] {
+    for w in [Work::Hello, Work::Cpu, Work::HelloP3] {
         // Its defaults, plus what the component needs: wasi:cli (environment, stdio) and
         // the `COMPONENT` variable spin-hello's `hello` component gets from its manifest.
         // Then with a request timeout (`-W timeout`), which wasmtime enforces as we do, by
@@ -343,22 +370,37 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
             ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
                 .args(extra)
                 .args(["--env", "COMPONENT=hello"])
-                .arg(apps.join(w.wasm()));
+                .arg(w.wasmtime_component(&apps, work.path())?);
             serve(ws, server, w, addr)?;
         }
 
         // Ours: the glibc build, and the release archives' static musl build when the bench
         // script built it (BENCH_SPIN_SERVE_MUSL).
         let musl = std::env::var_os("BENCH_SPIN_SERVE_MUSL").map(PathBuf::from);
-        let builds = std::iter::once(("spin-serve", bin.join("spin-serve")))
-            .chain(musl.map(|m| ("spin-serve (musl)", m)));
-        for (server, program) in builds {
+        // For the WASIp3 hello, spin-serve also with a fresh instance per request, the way
+        // it served WASIp3 components before instance reuse.
+        let spin_serve = bin.join("spin-serve");
+        let builds: Vec<(&'static str, PathBuf, Env)> = match w {
+            Work::HelloP3 => vec![
+                ("spin-serve", spin_serve.clone(), &[]),
+                (
+                    "spin-serve (no reuse)",
+                    spin_serve,
+                    &[("SPIN_SHIM_MAX_INSTANCE_REUSE_COUNT", "1")],
+                ),
+            ],
+            _ => std::iter::once(("spin-serve", spin_serve, &[][..]))
+                .chain(musl.map(|m| ("spin-serve (musl)", m, &[][..])))
+                .collect(),
+        };
+        for (server, program, env) in builds {
             let addr = port()?;
             let mut ss = on_server_cpu(program);
             ss.arg(app_dir(work.path(), w.app())?)
                 .args(["--listen", &addr.to_string()])
                 .env("SPIN_SHIM_COMPILE_CACHE_DIR", work.path().join("cache"))
-                .env("RUST_LOG", "warn");
+                .env("RUST_LOG", "warn")
+                .envs(env.iter().copied());
             serve(ss, server, w, addr)?;
         }
     }
@@ -441,6 +483,14 @@ pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
             .find(|r| r.server == server && r.work == work && r.conns == c)
             .map(|r| r.median)
     };
+    let native = |work: Work, c: usize| {
+        let same = if work == Work::HelloP3 {
+            Work::Hello
+        } else {
+            work
+        };
+        find("native", same, c)
+    };
     let ratio = |a: f64, b: Option<f64>| match b {
         Some(b) if b > 0.0 => format!("{:.2}", a / b),
         _ => "-".into(),
@@ -469,7 +519,7 @@ pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
             r.median.rps,
             r.median.p50_ms,
             r.median.p99_ms,
-            ratio(r.median.rps, find("native", r.work, r.conns).map(|w| w.rps)),
+            ratio(r.median.rps, native(r.work, r.conns).map(|w| w.rps)),
             ratio(r.median.rps, ws.map(|w| w.rps)),
             ratio(r.median.p99_ms, ws.map(|w| w.p99_ms)),
         )?;
@@ -527,6 +577,28 @@ pub(crate) fn compare(endpoints: &[Endpoint], out: &Path) -> Result<String> {
                 ss / get("wasmtime serve -W timeout", Work::Hello, 16),
             )?;
         }
+    }
+    let (p3, p3_fresh, p3_ws) = (
+        get("spin-serve", Work::HelloP3, 16),
+        get("spin-serve (no reuse)", Work::HelloP3, 16),
+        get("wasmtime serve -W timeout", Work::HelloP3, 16),
+    );
+    if !p3.is_nan() {
+        let p3_shim = get("shim", Work::HelloP3, 16);
+        writeln!(
+            md,
+            "WASIp3 hello at c=16 (instances reused, Spin's and `wasmtime serve`'s defaults): \
+             spin-serve / spin-serve with a fresh instance per request = {:.2}; spin-serve / \
+             wasmtime serve = {:.2} (with epochs: {:.2}); shim / spin-serve = {}.",
+            p3 / p3_fresh,
+            p3 / get("wasmtime serve", Work::HelloP3, 16),
+            p3 / p3_ws,
+            if p3_shim.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", p3_shim / p3)
+            }
+        )?;
     }
     Ok(md)
 }

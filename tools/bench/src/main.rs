@@ -41,6 +41,7 @@ const HELLO_IMAGE: &str = "docker.io/library/spin-hello:bench";
 const CPU_IMAGE: &str = "docker.io/library/spin-cpu:bench";
 const NATIVE_IMAGE: &str = "docker.io/library/native-hello:bench";
 const JS_IMAGE: &str = "docker.io/library/js-sdk-hello:bench";
+const HELLO_P3_IMAGE: &str = "docker.io/library/wasi-http-hello-p3:bench";
 
 /// One benchmarked server: how to run it in a pod and what to ask it.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +64,13 @@ const CPU: Target = Target {
     handler: "spin",
     image: CPU_IMAGE,
     path: "/?n=25",
+};
+/// The WASIp3 hello, whose instances the shim reuses across requests.
+const HELLO_P3: Target = Target {
+    name: "wasi-http-hello-p3",
+    handler: "spin",
+    image: HELLO_P3_IMAGE,
+    path: "/hello",
 };
 /// The JavaScript SDK app (12 MB component): its first start runs on the shim's baseline
 /// code while the shim compiles Cranelift's.
@@ -307,6 +315,7 @@ fn build_images(dir: &Path) -> Result<Vec<PathBuf>> {
         (HELLO_IMAGE, "spin-hello"),
         (CPU_IMAGE, "spin-cpu"),
         (JS_IMAGE, "js-sdk-hello"),
+        (HELLO_P3_IMAGE, "wasi-http-hello-p3"),
     ] {
         let app_dir = root.join("tests/apps").join(app);
         let path = dir.join(format!("{app}.tar"));
@@ -486,11 +495,11 @@ async fn cold_start(b: &mut Bench, cri: &mut Cri, runs: usize) -> Result<()> {
     Ok(())
 }
 
-/// Section 3 (the request path side by side, [`http`]) and section 4 (memory): hello and
-/// cpu in Spin pods, the native server in a runc pod (memory baseline), and the local
-/// servers of [`http::start_local`].
+/// Section 3 (the request path side by side, [`http`]) and section 4 (memory): hello, cpu
+/// and the WASIp3 hello in Spin pods, the native server in a runc pod (memory baseline), and
+/// the local servers of [`http::start_local`].
 async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize, profile: bool) -> Result<()> {
-    let running = start_all(cri, &[HELLO, CPU, NATIVE], &b.logs).await?;
+    let running = start_all(cri, &[HELLO, CPU, HELLO_P3, NATIVE], &b.logs).await?;
     let result = async {
         measure_http(b, &running, profile).await?;
         measure_memory(b, &running, secs).await
@@ -502,7 +511,7 @@ async fn http_and_memory(b: &mut Bench, cri: &mut Cri, secs: usize, profile: boo
 
 /// `shim-bench http`: the Spin pods of section 3 and the local servers, no memory.
 async fn http_only(b: &mut Bench, cri: &mut Cri) -> Result<()> {
-    let running = start_all(cri, &[HELLO, CPU], &b.logs).await?;
+    let running = start_all(cri, &[HELLO, CPU, HELLO_P3], &b.logs).await?;
     let result = measure_http(b, &running, true).await;
     stop_all(cri, running).await?;
     result
@@ -552,11 +561,10 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
         http::pin_server(r.pid)?;
         endpoints.push(http::Endpoint {
             server: "shim",
-            work: if t.name == CPU.name {
-                http::Work::Cpu
-            } else {
-                http::Work::Hello
-            },
+            work: [http::Work::Hello, http::Work::Cpu, http::Work::HelloP3]
+                .into_iter()
+                .find(|w| w.app() == t.name)
+                .with_context(|| format!("no HTTP workload for pod {}", t.name))?,
             addr: r.addr,
             pid: r.pid,
         });
@@ -567,6 +575,7 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
         "wasmtime serve -W timeout",
         "spin-serve",
         "spin-serve (musl)",
+        "spin-serve (no reuse)",
         "shim",
     ];
     let mut owned: Vec<http::Endpoint> =
@@ -587,7 +596,10 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
     writeln!(
         b.report,
         "\n## 3. HTTP: the request path side by side\n\n\
-         The same component (tests/apps/spin-hello `/hello`, tests/apps/spin-cpu fib(25)) served \
+         The same component (tests/apps/spin-hello `/hello`, tests/apps/spin-cpu fib(25); \
+         `hello-p3`: tests/apps/wasi-http-hello-p3 `/hello`, a WASIp3 component whose instances \
+         Spin, `wasmtime serve` and we reuse across requests, 128 per instance, 16 at once; \
+         `spin-serve (no reuse)`: a fresh instance per request) served \
          by the native hyper server (`examples/native-hello`, the same fib for `cpu`), \
          `wasmtime serve` ({}, its defaults plus `-S cli`; `-W timeout`: with a 60 s request \
          timeout, which wasmtime enforces by epoch interruption, as Spin does every request), \
