@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -99,7 +99,15 @@ fn read_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
 }
 
-use crate::common::free_port;
+/// A port nothing listens on right now (this module is also used by tests/cri, which has no
+/// `common` module).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 fn tcp_ready(s: &ServerProcess) -> bool {
     TcpStream::connect_timeout(&s.addr(), Duration::from_millis(200)).is_ok()
