@@ -175,13 +175,11 @@ impl WorkerState for P3Worker {
         // The expiration's error: a request ran past the deadline and its guest code did
         // not give control back (the request itself was answered 504).
         if e.to_string() == "guest timed out" {
-            tracing::error!(
-                component = %self.id,
-                "an instance of the component was stopped, with the requests it was serving: \
-                 a request ran longer than the request deadline of {:?} (set {} to change it, \
-                 0 for none)",
-                self.request_timeout.unwrap_or_default(),
-                crate::limits::REQUEST_TIMEOUT_ENV
+            crate::server::log_past_deadline(
+                &self.id,
+                self.request_timeout,
+                " without giving control back; its reused instance was stopped, with the \
+                 requests it was serving",
             );
             return;
         }

@@ -294,26 +294,25 @@ impl PreparedComponent {
         args: &[String],
         stdin: bool,
     ) -> anyhow::Result<Store<InstanceState>> {
-        let component = self;
         let mut wasi = WasiCtxBuilder::new();
         if otel_export::logs_enabled() || otel_export::enabled() {
-            wasi.stdout(AppOutput::new(wasmtime_wasi::cli::stdout(), &component.id))
-                .stderr(AppOutput::new(wasmtime_wasi::cli::stderr(), &component.id));
+            wasi.stdout(AppOutput::new(wasmtime_wasi::cli::stdout(), &self.id))
+                .stderr(AppOutput::new(wasmtime_wasi::cli::stderr(), &self.id));
         } else {
             wasi.inherit_stdout().inherit_stderr();
         }
-        wasi.envs(&component.env);
+        wasi.envs(&self.env);
         wasi.args(args);
         if stdin {
             wasi.inherit_stdin();
         }
-        for (host_dir, guest) in &component.preopens {
+        for (host_dir, guest) in &self.preopens {
             wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
                 .map_err(anyhow::Error::from)
                 .with_context(|| {
                     format!(
                         "component `{}`: cannot open {}",
-                        component.id,
+                        self.id,
                         host_dir.display()
                     )
                 })?;
@@ -323,10 +322,10 @@ impl PreparedComponent {
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             limits: MemoryLimiter::new(max_instance_memory),
-            host: component.host.clone(),
+            host: self.host.clone(),
             slice: Arc::new(TimeSlice::start()),
         };
-        let mut store = Store::new(component.instance_pre.engine(), state);
+        let mut store = Store::new(self.instance_pre.engine(), state);
         store.limiter(|s| &mut s.limits);
         // A busy guest yields to the executor once its time slice is used up, so it never
         // holds a worker thread for long; the request deadline is enforced around the call

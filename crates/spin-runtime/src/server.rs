@@ -424,13 +424,7 @@ fn task_end(
 ) -> Result<(), CallError> {
     match end {
         TaskEnd::Deadline => {
-            tracing::error!(
-                component = %id,
-                "request ended: it ran longer than the request deadline of {:?} \
-                 (set {} to change it, 0 for none); the instance was stopped",
-                deadline.unwrap_or_default(),
-                crate::limits::REQUEST_TIMEOUT_ENV
-            );
+            log_past_deadline(id, deadline, "; the instance was stopped");
             Err(CallError::Deadline)
         }
         TaskEnd::Done(Ok(())) => Ok(()),
@@ -445,6 +439,18 @@ fn task_end(
             )))
         }
     }
+}
+
+/// Logs that a request of component `id` ran past `deadline`, naming the knob; `outcome`
+/// says what that did beyond ending the request.
+pub(crate) fn log_past_deadline(id: &str, deadline: Option<Duration>, outcome: &str) {
+    tracing::error!(
+        component = %id,
+        "request ended: it ran longer than the request deadline of {:?} (set {} to change it, \
+         0 for none){outcome}",
+        deadline.unwrap_or_default(),
+        crate::limits::REQUEST_TIMEOUT_ENV
+    );
 }
 
 /// `e`, a guest's failure, with the memory cap named when a growth over it caused it.
@@ -502,13 +508,7 @@ where
     let deadline = state.request_timeout();
     let past_deadline = deadline.is_some_and(|d| started.elapsed() >= d);
     if e.is::<ExpirationError>() || (e.is::<TrapOrPanicError>() && past_deadline) {
-        tracing::error!(
-            component = %state.id(),
-            "request ended: it ran longer than the request deadline of {:?} (set {} to \
-             change it, 0 for none)",
-            deadline.unwrap_or_default(),
-            crate::limits::REQUEST_TIMEOUT_ENV
-        );
+        log_past_deadline(state.id(), deadline, "");
         return Err(CallError::Deadline);
     }
     if e.is::<TrapOrPanicError>() {

@@ -361,6 +361,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
         // the `COMPONENT` variable spin-hello's `hello` component gets from its manifest.
         // Then with a request timeout (`-W timeout`), which wasmtime enforces as we do, by
         // epoch interruption: the same checks compiled into the guest's code.
+        let component = w.wasmtime_component(&apps, work.path())?;
         for (server, extra) in [
             ("wasmtime serve", &[][..]),
             ("wasmtime serve -W timeout", &["-W", "timeout=60s"][..]),
@@ -370,7 +371,7 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
             ws.args(["serve", "-S", "cli", "--addr", &addr.to_string()])
                 .args(extra)
                 .args(["--env", "COMPONENT=hello"])
-                .arg(w.wasmtime_component(&apps, work.path())?);
+                .arg(&component);
             serve(ws, server, w, addr)?;
         }
 
