@@ -228,19 +228,45 @@ pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Re
             .max_memories_per_component(pool_limits::MEMORIES_PER_COMPONENT)
             .max_tables_per_component(pool_limits::TABLES_PER_COMPONENT)
             .max_core_instances_per_component(pool_limits::CORE_INSTANCES_PER_COMPONENT);
-        // Without PAGEMAP_SCAN, keeping memory resident means a memset of the whole kept
-        // region per instance: slower than madvise for what a request touches.
-        if wasmtime::PoolingAllocationConfig::is_pagemap_scan_available() {
+        if let Some(r) = PoolResidency::for_memory_cap(max_memory) {
             pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .max_unused_warm_slots(pool_limits::WARM_SLOTS)
-                .linear_memory_keep_resident(keep_resident(max_memory))
-                .table_keep_resident(pool_limits::TABLE_KEEP_RESIDENT);
+                .max_unused_warm_slots(r.max_unused_warm_slots)
+                .linear_memory_keep_resident(r.memory_keep_resident)
+                .table_keep_resident(r.table_keep_resident);
         }
         config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
     }
     Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("cannot create the wasmtime engine")
+}
+
+/// How the pooling allocator resets a freed instance's memory and tables for the next one:
+/// the settings [`new_engine`] applies, public so that a comparison with another wasmtime
+/// embedding (the bench's `wasmtime serve -O pooling-...` row) can allocate as we do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolResidency {
+    /// Bytes of each pooled linear memory kept mapped between instances.
+    pub memory_keep_resident: usize,
+    /// Bytes of each pooled table kept mapped between instances.
+    pub table_keep_resident: usize,
+    /// Freed slots that keep their resident pages for the next instance.
+    pub max_unused_warm_slots: u32,
+}
+
+impl PoolResidency {
+    /// The settings for a process whose instances may use at most `max_memory` bytes (the
+    /// container's memory limit; `None` for no limit), or `None` without the kernel's
+    /// `PAGEMAP_SCAN` (Linux 6.7+): then keeping memory resident would mean a memset of the
+    /// whole kept region per instance, slower than madvise for what a request touches, and
+    /// the pool keeps wasmtime's defaults.
+    pub fn for_memory_cap(max_memory: Option<usize>) -> Option<Self> {
+        wasmtime::PoolingAllocationConfig::is_pagemap_scan_available().then(|| Self {
+            memory_keep_resident: keep_resident(max_memory),
+            table_keep_resident: pool_limits::TABLE_KEEP_RESIDENT,
+            max_unused_warm_slots: pool_limits::WARM_SLOTS,
+        })
+    }
 }
 
 /// Bytes of each pooled linear memory kept resident: [`pool_limits::MEMORY_KEEP_RESIDENT`],

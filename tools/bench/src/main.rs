@@ -602,7 +602,9 @@ async fn measure_http(b: &mut Bench, running: &[(Target, Running)], profile: boo
          `spin-serve (no reuse)`: a fresh instance per request) served \
          by the native hyper server (`examples/native-hello`, the same fib for `cpu`), \
          `wasmtime serve` ({}, its defaults plus `-S cli`; `-W timeout`: with a 60 s request \
-         timeout, which wasmtime enforces by epoch interruption, as Spin does every request), \
+         timeout, which wasmtime enforces by epoch interruption, as Spin does every request; \
+         `-O pooling as ours`, hello only: with the pooling allocator settings spin-serve uses, \
+         memory kept resident and reset with PAGEMAP_SCAN), \
          `spin-serve` (our runtime as a \
          process; `spin-serve (musl)`: built as the release archives are, static musl with \
          mimalloc) and the shim (a CRI pod as in section 1, Burstable, host network). {table}",
