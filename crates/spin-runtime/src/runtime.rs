@@ -244,7 +244,7 @@ pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Re
 /// How the pooling allocator resets a freed instance's memory and tables for the next one:
 /// the settings [`new_engine`] applies, public so that a comparison with another wasmtime
 /// embedding (the bench's `wasmtime serve -O pooling-...` row) can allocate as we do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct PoolResidency {
     /// Bytes of each pooled linear memory kept mapped between instances.
     pub memory_keep_resident: usize,

@@ -380,17 +380,13 @@ pub(crate) fn start_local(logs: &Path) -> Result<LocalServers> {
         // PAGEMAP_SCAN), which `wasmtime serve` takes as options: what part of the gap to
         // its defaults is allocation, what part the rest of the request path.
         let component = w.wasmtime_component(&apps, work.path())?;
-        let mut variants: Vec<(&'static str, Vec<String>)> = vec![
+        let pooling = (w == Work::Hello).then(wasmtime_pooling_as_ours).flatten();
+        let mut variants = vec![
             ("wasmtime serve", vec![]),
-            (
-                "wasmtime serve -W timeout",
-                vec!["-W".into(), "timeout=60s".into()],
-            ),
+            ("wasmtime serve -W timeout", vec!["-W", "timeout=60s"]),
         ];
-        if w == Work::Hello {
-            if let Some(opts) = wasmtime_pooling_as_ours() {
-                variants.push((WASMTIME_OUR_POOLING, vec!["-O".into(), opts]));
-            }
+        if let Some(opts) = &pooling {
+            variants.push((WASMTIME_OUR_POOLING, vec!["-O", opts]));
         }
         for (server, extra) in variants {
             let addr = port()?;
