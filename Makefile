@@ -72,11 +72,15 @@ build-static: setup
 ## guest apps) run side by side, so that each one's serial stretches (one crate compiling, a
 ## link) leave no core idle. The tests and scripts build with the same settings (nothing is
 ## rebuilt); a plain `cargo build` afterwards rebuilds the workspace's own crates once.
+## A failing test does not hide the rest: cargo runs every test binary (--no-fail-fast) and the
+## systemd-node suites run too; the target fails at the end, naming each part that failed.
 test: fmt-check
 	@$(LINTED_BUILD) $(MAKE) --no-print-directory -j3 build-tests build-static apps
-	$(LINTED_BUILD) RELEASE_SHIM_DIR=$(STATIC_SHIM_DIR) $(CARGO) test --release --workspace
-	@$(LINTED_BUILD) bash scripts/test-systemd.sh
-	@$(LINTED_BUILD) bash scripts/test-systemd-spinkube.sh
+	@failed=(); \
+	  $(LINTED_BUILD) RELEASE_SHIM_DIR=$(STATIC_SHIM_DIR) $(CARGO) test --release --workspace --no-fail-fast || failed+=("cargo test"); \
+	  $(LINTED_BUILD) bash scripts/test-systemd.sh || failed+=("test-systemd"); \
+	  $(LINTED_BUILD) bash scripts/test-systemd-spinkube.sh || failed+=("test-systemd-spinkube"); \
+	  if [ $${#failed[@]} -gt 0 ]; then echo "make test: FAILED: $${failed[*]}" >&2; exit 1; fi
 
 ## test-release: make release, then the archives' binaries: x86_64 on a node without libc,
 ## aarch64 under qemu-user (--version, a WASI command and a Spin HTTP app via spin-serve)

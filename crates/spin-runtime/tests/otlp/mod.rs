@@ -34,6 +34,10 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 pub use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 
+/// How long a test waits for an export: generous, since CI machines are shared and noisy
+/// (the wait ends as soon as the effect is seen).
+const WAIT: Duration = Duration::from_secs(90);
+
 fn text_of(v: Option<&AnyValue>) -> Option<String> {
     Some(match v?.value.as_ref()? {
         Value::StringValue(s) => s.clone(),
@@ -460,9 +464,12 @@ impl Collector {
             if pred(&spans) {
                 return spans;
             }
-            if t0.elapsed() > Duration::from_secs(20) {
+            if t0.elapsed() > WAIT {
                 let names: Vec<_> = spans.iter().map(|s| s.span.name.clone()).collect();
-                panic!("no {what} within 20 s; received spans: {names:?}");
+                panic!(
+                    "no {what} within {} s; received spans: {names:?}",
+                    WAIT.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -476,8 +483,11 @@ impl Collector {
             if pred(&points) {
                 return points;
             }
-            if t0.elapsed() > Duration::from_secs(20) {
-                panic!("no {what} within 20 s; received points: {points:?}");
+            if t0.elapsed() > WAIT {
+                panic!(
+                    "no {what} within {} s; received points: {points:?}",
+                    WAIT.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -491,8 +501,11 @@ impl Collector {
             if pred(&logs) {
                 return logs;
             }
-            if t0.elapsed() > Duration::from_secs(20) {
-                panic!("no {what} within 20 s; received logs: {logs:?}");
+            if t0.elapsed() > WAIT {
+                panic!(
+                    "no {what} within {} s; received logs: {logs:?}",
+                    WAIT.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
