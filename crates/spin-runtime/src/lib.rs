@@ -242,7 +242,10 @@ pub fn init_tracing(env: &[(String, String)]) {
             otel_export::HOST_CALL_TARGETS,
             otel_export::APP_LOG_TARGET
         );
+        // Container output is a file or pipe (docker logs, kubectl logs): colour escapes
+        // only on a terminal.
         let fmt = tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .with_filter(tracing_subscriber::EnvFilter::new(filter));
         let otel = otel_export::layer_from_env(&lookup, "spin", &[]);
