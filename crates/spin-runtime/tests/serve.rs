@@ -233,7 +233,13 @@ fn sigterm_drains_in_flight_request_and_exits_zero() {
     assert!(r.text().starts_with(&format!("fib({n}) = ")));
     assert_eq!(server.wait_exit(Duration::from_secs(15)), Some(0));
     assert!(std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err());
-    assert!(server.stderr.lock().unwrap().contains("SIGTERM received"));
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(log.contains("SIGTERM received"), "{log}");
+    // stderr is a pipe here, as a container's is: no terminal colour escapes.
+    assert!(
+        !log.contains('\x1b'),
+        "ANSI escapes in piped log output: {log:?}"
+    );
 }
 
 #[test]
