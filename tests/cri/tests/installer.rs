@@ -872,39 +872,67 @@ fn release_archive_url_is_fetched_with_its_checksum() -> Result<()> {
     r
 }
 
-/// runtime-class-manager's downloader unpacks a Shim's archive into an asset directory,
-/// renaming each member matching `containerd-shim-.*` after the Shim resource (here
-/// `spin-v2`, deployments/runtime-class-manager/shim.yaml), and its node installer installs
-/// every file of that directory as a shim: the archive must unpack to the shim alone.
+/// runtime-class-manager's downloader (its images/downloader/download_shim.sh, main branch)
+/// fetches a platform's archive to a file named `containerd-shim-<Shim name>` (here `spin-v2`,
+/// deployments/runtime-class-manager/shim.yaml), checks it with `sha256sum -c` against the
+/// platform's `sha256`, unpacks it and copies the member `containerd-shim-<Shim name>` to the
+/// node: the same steps here, with the archive's own `.sha256` (accepted) and a wrong digest
+/// (refused).
 #[test]
-fn release_archive_unpacks_to_the_shim_alone_as_runtime_class_manager_fetches_it() -> Result<()> {
+fn release_archive_installs_as_runtime_class_manager_fetches_it() -> Result<()> {
     let node = Node::new();
-    let (archive, _) = release_archive(&node)?;
-    let assets = node.root.path().join("assets");
-    fs::create_dir(&assets)?;
-    let st = Command::new("tar")
-        .args([
-            "--transform",
-            "s/containerd-shim-.*/containerd-shim-spin-v2/",
-            "-xzf",
-        ])
-        .arg(&archive)
-        .arg("-C")
-        .arg(&assets)
-        .status()?;
-    ensure!(st.success(), "tar failed on {}", archive.display());
-    let mut files: Vec<String> = fs::read_dir(&assets)?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let (archive, sum) = release_archive(&node)?;
+    let digest = fs::read_to_string(&sum)?
+        .split_whitespace()
+        .next()
+        .context("empty .sha256")?
+        .to_string();
+    let download = |sha: &str, run: &str| -> Result<(bool, PathBuf)> {
+        let work = node.root.path().join(run);
+        let (dl, tmp, assets) = (work.join("dl"), work.join("tmp"), work.join("assets"));
+        for d in [&dl, &tmp, &assets] {
+            fs::create_dir_all(d)?;
+        }
+        fs::copy(&archive, dl.join("containerd-shim-spin-v2"))?;
+        let script = "set -e; name=containerd-shim-spin-v2; \
+            tar -xzf \"$name\" -C \"$TMP\"; cp \"$TMP/$name\" \"$ASSETS\"; \
+            echo \"$SHA $name\" | sha256sum -c -";
+        let ok = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(&dl)
+            .env("TMP", &tmp)
+            .env("ASSETS", &assets)
+            .env("SHA", sha)
+            .status()?
+            .success();
+        Ok((ok, assets))
+    };
+    let (ok, assets) = download(&digest, "rcm-good")?;
     ensure!(
-        files == ["containerd-shim-spin-v2"],
-        "the archive unpacks to {files:?}, not to the shim alone"
+        ok,
+        "the downloader's steps failed with the archive's own sha256"
     );
     ensure!(
         fs::read(assets.join("containerd-shim-spin-v2"))? == fs::read(&node.shim)?,
-        "the unpacked shim differs"
+        "the installed shim differs from the archive's"
     );
+    let (ok, _) = download(&"0".repeat(64), "rcm-bad")?;
+    ensure!(!ok, "a wrong sha256 was accepted");
+    // The manifest names the archives `make release` writes, one platform per architecture.
+    let manifest = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../deployments/runtime-class-manager/shim.yaml"),
+    )?;
+    ensure!(manifest.contains("apiVersion: runtime.spinkube.dev/v1alpha1"));
+    for arch in ["x86_64", "aarch64"] {
+        let name = format!(
+            "containerd-shim-spin-v2-{}-linux-{arch}.tar.gz",
+            env!("CARGO_PKG_VERSION")
+        );
+        ensure!(
+            manifest.contains(&format!("arch: {arch}")) && manifest.contains(&name),
+            "shim.yaml has no {arch} platform for {name}"
+        );
+    }
     Ok(())
 }
