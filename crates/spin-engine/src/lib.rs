@@ -15,13 +15,14 @@ pub mod artifact;
 pub mod cache_mount;
 pub mod precompile;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use async_trait::async_trait;
 use spin_runtime::app::{Content, ContentRef};
 use spin_runtime::tier::TieringConfig;
 use spin_runtime::App;
+use wasm_shim_core::confine::Confinement;
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::engine::{Engine, Entrypoint, Prepare};
 
@@ -137,6 +138,7 @@ impl Engine for SpinEngine {
             entry.root,
             entry.env,
             entry.args.get(1..).unwrap_or_default(),
+            entry.memory_limit,
         ) {
             Ok(code) => code,
             Err(e) => {
@@ -204,14 +206,63 @@ fn load_artifact(app_dir: &Path) -> anyhow::Result<Option<App>> {
 }
 
 /// Runs the Spin app in the container: the materialised artifact if present, else
-/// `/spin.toml`; `args` go to a command trigger.
-fn run_spin(app_dir: &Path, env: &[(String, String)], args: &[String]) -> anyhow::Result<i32> {
-    spin_runtime::init_tracing(env);
+/// `/spin.toml`; `args` go to a command trigger; `memory_limit`: the spec's. The runtime
+/// process confines itself ([`wasm_shim_core::confine`]) before the app is loaded.
+fn run_spin(
+    app_dir: &Path,
+    env: &[(String, String)],
+    args: &[String],
+    memory_limit: Option<u64>,
+) -> anyhow::Result<i32> {
     let app = match load_artifact(app_dir)? {
         Some(app) => app,
         None => spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))?,
     };
-    spin_runtime::run_app_with_args(app, app_dir, env, args)
+    let confinement = ProcessConfinement(Confinement::for_this_process());
+    spin_runtime::run_app_in_container(
+        app,
+        app_dir,
+        env,
+        args,
+        spin_runtime::InContainer {
+            spec_memory_limit: memory_limit,
+            confinement: std::sync::Arc::new(confinement),
+        },
+    )
+}
+
+/// The shim's confinement of a container's runtime process, as the Spin runtime uses it.
+#[derive(Debug)]
+struct ProcessConfinement(Confinement);
+
+impl spin_runtime::Confinement for ProcessConfinement {
+    fn confine(&self) -> anyhow::Result<()> {
+        let applied = self.0.apply()?;
+        match applied.landlock {
+            Some((abi, rules)) => tracing::info!(
+                landlock_abi = abi,
+                rules,
+                denied_syscalls = applied.denied_syscalls,
+                "runtime confined: Landlock, no capabilities, no_new_privs, seccomp"
+            ),
+            None => tracing::info!(
+                denied_syscalls = applied.denied_syscalls,
+                "runtime confined without Landlock: no capabilities, no_new_privs, seccomp"
+            ),
+        }
+        Ok(())
+    }
+
+    fn files_view(&self, source: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+        self.0.check_source(source)?;
+        let resolved = std::fs::canonicalize(source)?;
+        // Preopened per instance, after confinement.
+        Ok(self.0.guest_dirs(&resolved, false))
+    }
+
+    fn check_file(&self, path: &Path) -> anyhow::Result<()> {
+        self.0.check_source(path)
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +280,7 @@ mod tests {
             env: &env,
             cwd: Path::new("/"),
             root: d.path(),
+            memory_limit: None,
         };
         let e = SpinEngine.can_handle(&entry).unwrap_err();
         assert!(e.contains("spin.toml"), "{e}");

@@ -12,8 +12,9 @@
 //! - [`host`]: host features (variables, key-value, outbound HTTP allow-list).
 //! - [`limits`]: request deadline, HTTP timeouts, connection cap, instance memory cap.
 //!
-//! Entry points: [`run_in_container`] (the shim's Spin executor) and the `spin-serve`
-//! binary (development, tests, benchmarks).
+//! Entry points: [`run_app_in_container`] (the shim's Spin executor: confines the process
+//! before the app runs, see [`Confinement`]) and the `spin-serve` binary (development,
+//! tests, benchmarks).
 
 #![warn(missing_docs)]
 
@@ -46,17 +47,150 @@ pub use app::App;
 pub use runtime::{LoadedApp, RuntimeConfig};
 pub use state::{HostContext, InstanceState};
 
+/// How the process running an app confines itself before any guest code runs: the shim's
+/// container runtime gives one ([`run_app_in_container`]); spin-serve runs without.
+pub trait Confinement: Send + Sync + std::fmt::Debug {
+    /// Confines the process. Called once, on the process's only thread, after the engine
+    /// exists and the HTTP listener is bound, before any other thread starts or the app is
+    /// loaded; an error stops the app before it serves.
+    fn confine(&self) -> anyhow::Result<()>;
+
+    /// The host directories to preopen for a `files` directory `source`, each with its path
+    /// relative to the mount's destination (`[(source, "")]` when the source is shown whole).
+    /// An error refuses a source the guest may not see (it resolves into procfs, sysfs, the
+    /// device nodes, ...).
+    fn files_view(
+        &self,
+        source: &Path,
+    ) -> anyhow::Result<Vec<(std::path::PathBuf, std::path::PathBuf)>>;
+
+    /// Refuses a single `files` entry whose host file the guest may not see.
+    fn check_file(&self, path: &Path) -> anyhow::Result<()>;
+}
+
+/// The process's confinement, set by [`run_app_in_container`]: one process, one confinement.
+static CONFINEMENT: std::sync::OnceLock<Arc<dyn Confinement>> = std::sync::OnceLock::new();
+
+/// The confinement [`run_app_in_container`] applied, if any.
+pub(crate) fn confinement() -> Option<&'static Arc<dyn Confinement>> {
+    CONFINEMENT.get()
+}
+
+/// What the shim's container runtime adds to [`run_app_with_args`].
+#[derive(Debug, Clone)]
+pub struct InContainer {
+    /// The container's memory limit from its OCI spec, if it sets one: the per-instance cap
+    /// and the pooling allocator's bound derive from the smaller of it and the cgroup's
+    /// (which a container on a cgroup v1 host may not be able to read).
+    pub spec_memory_limit: Option<u64>,
+    /// How the process confines itself.
+    pub confinement: Arc<dyn Confinement>,
+}
+
+/// As [`run_app_with_args`] in a container's runtime process, which must be single-threaded
+/// when it calls this: the engine is created, the HTTP listener bound, then the process
+/// confines itself ([`Confinement::confine`]) before any thread starts; tracing, loading and
+/// serving run confined.
+pub fn run_app_in_container(
+    mut app: App,
+    app_dir: &Path,
+    env: &[(String, String)],
+    args: &[String],
+    container: InContainer,
+) -> anyhow::Result<i32> {
+    apply_deployment_env(&mut app, env)?;
+    let memory_limit = limits::effective_memory_limit(
+        limits::container_memory_limit(),
+        container.spec_memory_limit,
+    );
+    let config = RuntimeConfig::from_env_with_memory_limit(app_dir, env, memory_limit)?;
+    runtime::create_engine(memory_limit.map(|l| l.min(usize::MAX as u64) as usize))?;
+    let listener = if wants_http(&app) {
+        Some(bind_listener(config.listen)?)
+    } else {
+        None
+    };
+    create_writable_dirs(&app, app_dir, env);
+    // Read while the cgroup's CPU quota is still visible: std looks it up in cgroupfs.
+    let workers = std::thread::available_parallelism().ok().map(usize::from);
+    let _ = CONFINEMENT.set(container.confinement.clone());
+    container
+        .confinement
+        .confine()
+        .context("confining the runtime process before the app runs")?;
+    init_tracing(env);
+    serve_in_runtime(app, &config, args, listener, workers)
+}
+
+/// Creates, before the process confines itself, the directories the runtime writes into
+/// that may not exist in the image yet: the state directory of key-value and SQLite stores
+/// (`SPIN_STATE_DIR`, else `<app dir>/.spin`) when a component uses one, and the staging
+/// directory of single-file mounts (the temp dir). Confined, the runtime may not create
+/// entries directly in `/` (the app directory of a spin-in-container image). Failures are
+/// left to the code that uses the directory, which names it.
+fn create_writable_dirs(app: &App, app_dir: &Path, env: &[(String, String)]) {
+    let stores = app
+        .components
+        .values()
+        .any(|c| !c.key_value_stores.is_empty() || !c.sqlite_databases.is_empty());
+    if stores {
+        let state = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == host::STATE_DIR_ENV)
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| app_dir.join(".spin"));
+        let _ = std::fs::create_dir_all(state);
+    }
+    let staged = app.components.values().any(|c| {
+        c.files
+            .iter()
+            .any(|f| matches!(f, app::FileMount::File { .. }))
+    });
+    if staged {
+        let _ = std::fs::create_dir_all(std::env::temp_dir());
+    }
+}
+
+/// Whether `app` serves HTTP: it has HTTP triggers, or no trigger of another kind.
+fn wants_http(app: &App) -> bool {
+    !app.http_triggers.is_empty() || app.event_triggers.is_empty()
+}
+
+/// `addr` bound for the HTTP trigger (backlog 1024 as tokio's own bind).
+fn bind_listener(addr: std::net::SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        socket.set_reuse_address(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        Ok(socket.into())
+    };
+    bind().with_context(|| {
+        format!(
+            "cannot listen on {addr} (set {} to a free address)",
+            runtime::LISTEN_ENV
+        )
+    })
+}
+
 /// Name of the manifest the runtime looks for in the app directory.
 pub const MANIFEST_FILE: &str = "spin.toml";
 
 /// Runs the Spin app in `app_dir` (which holds `spin.toml`) until SIGTERM or SIGINT,
 /// then drains in-flight requests (up to 10 s) and returns exit code 0.
 ///
-/// Called by the shim inside the container's init process after pivot_root, with
-/// `app_dir` = `/` and `env` = the container's environment (`SPIN_HTTP_LISTEN_ADDR`,
-/// `SPIN_MAX_INSTANCE_MEMORY`, `SPIN_SHIM_COMPILE_CACHE_DIR`, variable values). Builds its
-/// own tokio runtime. Errors (bad manifest, missing variable, bind failure) are returned
-/// with context; the caller logs them and exits non-zero.
+/// `env` is the app's environment (`SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY`,
+/// `SPIN_SHIM_COMPILE_CACHE_DIR`, variable values). Builds its own tokio runtime and runs
+/// unconfined: the shim's container runtime uses [`run_app_in_container`]. Errors (bad
+/// manifest, missing variable, bind failure) are returned with context; the caller logs
+/// them and exits non-zero.
 pub fn run_in_container(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<i32> {
     init_tracing(env);
     let manifest = app_dir.join(MANIFEST_FILE);
@@ -100,7 +234,24 @@ pub fn run_app_with_args(
     init_tracing(env);
     apply_deployment_env(&mut app, env)?;
     let config = RuntimeConfig::from_env(app_dir, env)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    serve_in_runtime(app, &config, args, None, None)
+}
+
+/// Runs the app's triggers on a new tokio runtime until SIGTERM or SIGINT (or the command
+/// trigger's end); `listener`: the HTTP listener, when already bound; `workers`: the worker
+/// thread count, when known (else tokio's default).
+fn serve_in_runtime(
+    app: App,
+    config: &RuntimeConfig,
+    args: &[String],
+    listener: Option<std::net::TcpListener>,
+    workers: Option<usize>,
+) -> anyhow::Result<i32> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let runtime = builder
         .enable_all()
         .thread_name("spin-worker")
         .on_thread_start(enter_tracing)
@@ -108,10 +259,11 @@ pub fn run_app_with_args(
         .context("cannot start the tokio runtime")?;
     let code = runtime.block_on(async move {
         let shutdown = shutdown_signal()?;
-        run_triggers(
+        run_triggers_on(
             app,
-            &config,
+            config,
             args,
+            listener,
             |addr| {
                 if let Some(addr) = addr {
                     tracing::info!("Serving http://{addr}");
@@ -160,7 +312,19 @@ pub async fn run_triggers(
     on_ready: impl FnOnce(Option<std::net::SocketAddr>),
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<i32> {
-    let http = !app.http_triggers.is_empty() || app.event_triggers.is_empty();
+    run_triggers_on(app, config, args, None, on_ready, shutdown).await
+}
+
+/// As [`run_triggers`]; `bound`: the HTTP listener when the caller bound it already.
+async fn run_triggers_on(
+    app: App,
+    config: &RuntimeConfig,
+    args: &[String],
+    bound: Option<std::net::TcpListener>,
+    on_ready: impl FnOnce(Option<std::net::SocketAddr>),
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<i32> {
+    let http = wants_http(&app);
     let cfg = config.clone();
     let mut loaded = tokio::task::spawn_blocking(move || LoadedApp::load(app, &cfg))
         .await
@@ -171,7 +335,9 @@ pub async fn run_triggers(
         metrics::serve(m.clone(), addr).await?;
         loaded.metrics = Some(m);
     }
-    let listener = if http {
+    let listener = if let (true, Some(l)) = (http, bound) {
+        Some(tokio::net::TcpListener::from_std(l).context("the bound HTTP listener")?)
+    } else if http {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| {

@@ -314,6 +314,18 @@ fn read_limit(file: &Path) -> Option<u64> {
     (n < V1_UNLIMITED).then_some(n)
 }
 
+/// The container's memory limit: the smaller of the cgroup's (`cgroup`, from
+/// [`container_memory_limit`]) and the OCI spec's (`spec`). On a cgroup v1 (hybrid) host
+/// youki gives a container without a cgroup namespace an empty tmpfs at `/sys/fs/cgroup`
+/// (measured: `ctr run` on containerd 1.7), so the cgroup's limit cannot be read from inside;
+/// the spec's is the one the shim applied to the cgroup.
+pub fn effective_memory_limit(cgroup: Option<u64>, spec: Option<u64>) -> Option<u64> {
+    match (cgroup, spec) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The default per-instance memory cap for a container memory limit: half of it, at most
 /// 4 GiB (the wasm32 address space). The other half is for the runtime itself (measured
 /// container RSS 19-34 MiB for the hello and cpu apps, docs/benchmarks.md) and the

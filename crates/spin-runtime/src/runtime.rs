@@ -102,13 +102,23 @@ impl RuntimeConfig {
     /// container's memory limit), the [`Limits`] knobs and the compile cache location from
     /// `env`. Bad values are errors naming the variable.
     pub fn from_env(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<Self> {
+        Self::from_env_with_memory_limit(app_dir, env, crate::limits::container_memory_limit())
+    }
+
+    /// As [`RuntimeConfig::from_env`], with the container's memory limit given (the default
+    /// per-instance cap is derived from it).
+    pub fn from_env_with_memory_limit(
+        app_dir: &Path,
+        env: &[(String, String)],
+        memory_limit: Option<u64>,
+    ) -> anyhow::Result<Self> {
         let listen_text = lookup(env, LISTEN_ENV).unwrap_or(DEFAULT_LISTEN);
         let listen = listen_text.parse().map_err(|e| {
             anyhow!("{LISTEN_ENV}=`{listen_text}` is not an address like 0.0.0.0:80: {e}")
         })?;
         let max_instance_memory = match lookup(env, MAX_MEMORY_ENV) {
             None | Some("") => {
-                let limit = crate::limits::container_memory_limit();
+                let limit = memory_limit;
                 let cap = limit.map(crate::limits::default_instance_memory);
                 if let (Some(limit), Some(cap)) = (limit, cap) {
                     tracing::info!(
@@ -163,6 +173,20 @@ pub fn engine() -> anyhow::Result<&'static Engine> {
 /// per-instance cap (`SPIN_MAX_INSTANCE_MEMORY`) is enforced per store, so that a request
 /// over it fails alone while components whose initial memory exceeds it still load.
 pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
+    let engine = create_engine(max_memory)?;
+    static TICKER: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut started = TICKER.lock().unwrap_or_else(|p| p.into_inner());
+    if !*started {
+        start_epoch_ticker(engine, "epoch-ticker")?;
+        *started = true;
+    }
+    Ok(engine)
+}
+
+/// Creates the process-wide engine (as [`engine_with_memory_cap`]) without starting its epoch
+/// ticker: a process that confines itself creates it first (the pooling allocator opens
+/// `/proc/self/pagemap`) and starts threads only once confined.
+pub fn create_engine(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
@@ -175,15 +199,7 @@ pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'sta
             Err(e)
         }
     })?;
-    let mut created = false;
-    let engine = ENGINE.get_or_init(|| {
-        created = true;
-        engine
-    });
-    if created {
-        start_epoch_ticker(engine, "epoch-ticker")?;
-    }
-    Ok(engine)
+    Ok(ENGINE.get_or_init(|| engine))
 }
 
 /// The runtime's engine configuration without an instance allocator: component model
@@ -856,7 +872,24 @@ fn prepare_files(
                 } else {
                     destination
                 };
-                preopens.push((source.clone(), guest.to_string()));
+                let views = match crate::confinement() {
+                    Some(c) => c.files_view(source).with_context(|| {
+                        format!(
+                            "component `{}`: files source {} (mounted at {guest})",
+                            component.id,
+                            source.display()
+                        )
+                    })?,
+                    None => vec![(source.clone(), PathBuf::new())],
+                };
+                for (host, rel) in views {
+                    let guest = if rel.as_os_str().is_empty() {
+                        guest.to_string()
+                    } else {
+                        Path::new(guest).join(rel).to_string_lossy().into_owned()
+                    };
+                    preopens.push((host, guest));
+                }
             }
             FileMount::File {
                 content,
@@ -897,6 +930,11 @@ fn prepare_files(
                 let target = root.join(rel);
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent)?;
+                }
+                if let (Some(c), crate::app::Content::Path(p)) = (crate::confinement(), content) {
+                    c.check_file(p).with_context(|| {
+                        format!("component `{}`: file `{destination}`", component.id)
+                    })?;
                 }
                 let bytes = content.read().with_context(|| {
                     format!("component `{}`: file `{destination}`", component.id)

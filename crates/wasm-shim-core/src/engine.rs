@@ -75,6 +75,11 @@ pub struct Entrypoint<'a> {
     pub cwd: &'a Path,
     /// The container's root directory: `/` in the container, a rootfs path in tests.
     pub root: &'a Path,
+    /// The container's memory limit in bytes from its OCI spec
+    /// (`linux.resources.memory.limit`), when it sets a positive one. Inside the container
+    /// the cgroup's limit cannot always be read (on cgroup v1 hosts `/sys/fs/cgroup` is an
+    /// empty tmpfs there), so engines take the smaller of both.
+    pub memory_limit: Option<u64>,
 }
 
 impl Entrypoint<'_> {
@@ -151,7 +156,9 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Runs the workload in the container's init process and returns its exit code; the
-    /// engine reports its own errors on stderr.
+    /// engine reports its own errors on stderr. The process is single-threaded when this is
+    /// called; before any guest code runs (and before starting a thread) the engine must
+    /// confine it with [`crate::confine::Confinement::apply`].
     fn run(&self, entry: &Entrypoint) -> i32;
 }
 
@@ -190,6 +197,7 @@ impl Engine for WasiEngine {
         let path = entry
             .resolve()
             .unwrap_or_else(|| PathBuf::from(&entry.args[0]));
-        crate::wasi::run(&path, entry.args, entry.env)
+        let confinement = crate::confine::Confinement::for_this_process();
+        crate::wasi::run(&path, entry.args, entry.env, &confinement)
     }
 }

@@ -147,6 +147,20 @@ fn spec_args_env(spec: &Spec) -> (Vec<String>, Vec<(String, String)>) {
     (args, env)
 }
 
+/// The spec's memory limit (`linux.resources.memory.limit`), when positive (`-1` and `0`
+/// mean none).
+pub fn spec_memory_limit(spec: &Spec) -> Option<u64> {
+    let limit = spec
+        .linux()
+        .as_ref()?
+        .resources()
+        .as_ref()?
+        .memory()
+        .as_ref()?
+        .limit()?;
+    u64::try_from(limit).ok().filter(|l| *l > 0)
+}
+
 /// The shim's libcontainer executor (see the module docs).
 #[derive(Clone)]
 pub struct ShimExecutor {
@@ -176,6 +190,7 @@ impl ShimExecutor {
             env: &env,
             cwd: &cwd,
             root: Path::new("/"),
+            memory_limit: spec_memory_limit(spec),
         };
         let w = classify(&self.engines, &entry)?;
         Ok((w, args, env))
@@ -213,6 +228,7 @@ impl Executor for ShimExecutor {
                     env: &env,
                     cwd: &cwd,
                     root: Path::new("/"),
+                    memory_limit: spec_memory_limit(spec),
                 })
             }
         };
@@ -257,6 +273,7 @@ mod tests {
                 env: &env,
                 cwd: Path::new("/"),
                 root: r,
+                memory_limit: None,
             },
         )
     }

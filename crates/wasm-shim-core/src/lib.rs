@@ -32,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+pub mod confine;
 pub mod confined;
 pub mod content;
 pub mod engine;

@@ -1,8 +1,14 @@
 //! Runs a WASI program (a core module with `_start`, or a component exporting
 //! `wasi:cli/run`) on wasmtime with the container's args, env, stdio and `/` preopened.
+//!
+//! In a container the process confines itself ([`crate::confine`]) once the preopens are open
+//! and the engine exists, before it compiles the program or starts a thread: the program's
+//! bytes are compiled and run confined. Without Landlock the guest gets the allowed
+//! directories as preopens instead of `/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use crate::confine::Confinement;
 use wasmtime::error::Context as _;
 use wasmtime::{bail, Config, Engine, Linker, Module, Store};
 use wasmtime_wasi::{
@@ -59,19 +65,32 @@ impl WasiView for ComponentState {
 fn builder(
     args: &[String],
     env: &[(String, String)],
-    root: &Path,
+    preopens: &[(PathBuf, String)],
 ) -> wasmtime::Result<WasiCtxBuilder> {
     let mut b = WasiCtxBuilder::new();
     b.inherit_stdio().args(args).envs(env);
-    b.preopened_dir(root, "/", FsPerms::ReadWrite)
-        .with_context(|| format!("preopening {} as /", root.display()))?;
+    for (host, guest) in preopens {
+        b.preopened_dir(host, guest, FsPerms::ReadWrite)
+            .with_context(|| format!("preopening {} as {guest}", host.display()))?;
+    }
     Ok(b)
 }
 
-/// Runs the program and returns its exit code. Errors and traps are printed to stderr
-/// and give [`TRAP_EXIT_CODE`].
-pub fn run(path: &Path, args: &[String], env: &[(String, String)]) -> i32 {
-    match run_inner(path, args, env, Path::new("/")) {
+/// Runs the program in the container (root `/`), confined by `confinement` before it is
+/// compiled, and returns its exit code. Errors and traps are printed to stderr and give
+/// [`TRAP_EXIT_CODE`].
+pub fn run(
+    path: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    confinement: &Confinement,
+) -> i32 {
+    let preopens: Vec<(PathBuf, String)> = confinement
+        .guest_dirs(Path::new("/"), true)
+        .into_iter()
+        .map(|(host, rel)| (host, format!("/{}", rel.display())))
+        .collect();
+    match run_inner(path, args, env, &preopens, Some(confinement)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {} failed: {e:?}", path.display());
@@ -80,12 +99,14 @@ pub fn run(path: &Path, args: &[String], env: &[(String, String)]) -> i32 {
     }
 }
 
-/// As [`run`], with the preopened root given (tests use a temp dir) and errors returned.
+/// As [`run`], with the preopens given as (host dir, guest path) (tests use a temp dir at
+/// `/`), the confinement optional (tests run unconfined) and errors returned.
 pub fn run_inner(
     path: &Path,
     args: &[String],
     env: &[(String, String)],
-    root: &Path,
+    preopens: &[(PathBuf, String)],
+    confinement: Option<&Confinement>,
 ) -> wasmtime::Result<i32> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let kind = wasm_kind(&bytes).with_context(|| format!("loading {}", path.display()))?;
@@ -105,10 +126,17 @@ pub fn run_inner(
         }
         _ => None,
     };
+    // Opened before confinement: the preopened directories (`/` itself may not be opened
+    // once Landlock holds).
+    let wasi = builder(args, env, preopens)?;
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(deadline.is_some());
     let engine = Engine::new(&config)?;
+    if let Some(c) = confinement {
+        c.apply()
+            .map_err(|e| wasmtime::format_err!("confining the runtime process: {e:#}"))?;
+    }
     if deadline.is_some() {
         let ticker = engine.weak();
         std::thread::spawn(move || {
@@ -129,7 +157,8 @@ pub fn run_inner(
             let module = Module::new(&engine, &bytes)?;
             let mut linker: Linker<wasmtime_wasi::p1::WasiP1Ctx> = Linker::new(&engine);
             wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |s| s)?;
-            let ctx = builder(args, env, root)?.build_p1();
+            let mut wasi = wasi;
+            let ctx = wasi.build_p1();
             let mut store = Store::new(&engine, ctx);
             arm(&mut |ticks| store.set_epoch_deadline(ticks));
             let instance = linker.instantiate(&mut store, &module)?;
@@ -142,8 +171,9 @@ pub fn run_inner(
             let component = wasmtime::component::Component::new(&engine, &bytes)?;
             let mut linker = wasmtime::component::Linker::new(&engine);
             wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+            let mut wasi = wasi;
             let state = ComponentState {
-                ctx: builder(args, env, root)?.build(),
+                ctx: wasi.build(),
                 table: ResourceTable::new(),
             };
             let mut store = Store::new(&engine, state);
@@ -202,20 +232,26 @@ mod tests {
         );
         let p = d.path().join("exit3.wasm");
         std::fs::write(&p, exit3).unwrap();
-        assert_eq!(run_inner(&p, &["exit3".into()], &[], d.path()).unwrap(), 3);
+        assert_eq!(
+            run_inner(&p, &["exit3".into()], &[], &at_root(d.path()), None).unwrap(),
+            3
+        );
 
         let trap = wat_module(
             r#"(module (memory (export "memory") 1) (func (export "_start") unreachable))"#,
         );
         let p = d.path().join("trap.wasm");
         std::fs::write(&p, trap).unwrap();
-        let e = run_inner(&p, &[], &[], d.path()).unwrap_err();
+        let e = run_inner(&p, &[], &[], &at_root(d.path()), None).unwrap_err();
         assert!(format!("{e:?}").contains("unreachable"), "{e:?}");
 
         let ok = wat_module(r#"(module (memory (export "memory") 1) (func (export "_start")))"#);
         let p = d.path().join("ok.wasm");
         std::fs::write(&p, ok).unwrap();
-        assert_eq!(run_inner(&p, &[], &[], d.path()).unwrap(), 0);
+        assert_eq!(
+            run_inner(&p, &[], &[], &at_root(d.path()), None).unwrap(),
+            0
+        );
     }
 
     /// A module that never returns is stopped at its deadline, naming the knob.
@@ -230,7 +266,7 @@ mod tests {
         std::fs::write(&p, spin).unwrap();
         let env = [(DEADLINE_ENV.to_string(), "0.3".to_string())];
         let t = std::time::Instant::now();
-        let e = run_inner(&p, &[], &env, d.path()).unwrap_err();
+        let e = run_inner(&p, &[], &env, &at_root(d.path()), None).unwrap_err();
         assert!(t.elapsed() >= std::time::Duration::from_millis(300));
         let msg = format!("{e:?}");
         assert!(
@@ -238,11 +274,16 @@ mod tests {
             "{msg}"
         );
         let bad = [(DEADLINE_ENV.to_string(), "soon".to_string())];
-        let e = run_inner(&p, &[], &bad, d.path()).unwrap_err();
+        let e = run_inner(&p, &[], &bad, &at_root(d.path()), None).unwrap_err();
         assert!(
             format!("{e:?}").contains("SPIN_SHIM_WASI_TIMEOUT=`soon`"),
             "{e:?}"
         );
+    }
+
+    /// `dir` preopened as the guest's `/`.
+    fn at_root(dir: &Path) -> Vec<(PathBuf, String)> {
+        vec![(dir.to_path_buf(), "/".to_string())]
     }
 
     fn wat_module(text: &str) -> Vec<u8> {
