@@ -92,7 +92,7 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
     let runtime_id = setup.names.runtime_id.as_str();
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == zygote::HELPER_ARG) {
-        logging::init(false, "");
+        // It sets up its logging once it has its settings (its environment is empty).
         zygote::helper_main(ShimExecutor::new(setup.engines.clone()));
     }
     let flags = containerd_shim::parse(&args[1..]).ok();

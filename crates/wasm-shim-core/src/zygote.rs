@@ -43,6 +43,31 @@ pub const HELPER_ARG: &str = "--container-creation-helper";
 /// (well below kubelet's default 2 min runtime request timeout).
 pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Variables of the server's environment the helper's own code reads (its log filter and
+/// backtraces; libcgroups' systemd client reads the bus address), sent on its socket: the
+/// helper starts with an empty environment, because every Wasm container is a clone of it
+/// and its environment block is what `/proc/self/environ` shows there.
+pub const HELPER_ENV: &[&str] = &["RUST_LOG", "RUST_BACKTRACE", "DBUS_SYSTEM_BUS_ADDRESS"];
+
+/// The first line the server sends a new helper: the settings it used to inherit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HelperSettings {
+    /// [`HELPER_ENV`] variables set in the server's environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl HelperSettings {
+    /// The settings from this (the server's) environment.
+    pub fn from_env() -> Self {
+        HelperSettings {
+            env: HELPER_ENV
+                .iter()
+                .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+                .collect(),
+        }
+    }
+}
+
 /// A request to create one container.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateRequest {
@@ -124,6 +149,7 @@ fn spawn_helper(stderr: Option<&OwnedFd>) -> anyhow::Result<Helper> {
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0(&exe)
         .arg(HELPER_ARG)
+        .env_clear()
         .stdin(Stdio::from(OwnedFd::from(theirs)))
         .stdout(Stdio::null())
         .stderr(stderr);
@@ -150,6 +176,12 @@ fn spawn_helper(stderr: Option<&OwnedFd>) -> anyhow::Result<Helper> {
     }
     // SAFETY: a fresh descriptor owned by nobody else.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut settings = serde_json::to_vec(&HelperSettings::from_env())?;
+    settings.push(b'\n');
+    // A few hundred bytes into an empty socket buffer: never blocks.
+    (&ours)
+        .write_all(&settings)
+        .context("sending the container-creation helper its settings")?;
     ours.set_nonblocking(true)?;
     tracing::debug!(pid, "container-creation helper started");
     Ok(Helper {
@@ -471,15 +503,28 @@ pub fn helper_main(executor: ShimExecutor) -> ! {
     }
     // SAFETY: `sock` is a fresh descriptor owned by nobody else.
     let stream = unsafe { UnixStream::from_raw_fd(sock) };
-    serve(stream, executor);
+    let Ok(clone) = stream.try_clone() else {
+        std::process::exit(1)
+    };
+    let mut reader = std::io::BufReader::new(clone);
+    // The settings line first: the environment is empty (see HELPER_ENV). Set in this
+    // process's memory only (the block /proc shows stays empty); a Wasm container's init
+    // replaces it with the spec's env before its engine runs.
+    let mut line = String::new();
+    let settings = match std::io::BufRead::read_line(&mut reader, &mut line) {
+        Ok(n) if n > 0 => serde_json::from_str::<HelperSettings>(&line).unwrap_or_default(),
+        _ => std::process::exit(0),
+    };
+    for (k, v) in &settings.env {
+        // Single-threaded: nothing reads the environment concurrently.
+        std::env::set_var(k, v);
+    }
+    crate::logging::init(false, "");
+    serve(reader, stream, executor);
     std::process::exit(0)
 }
 
-fn serve(stream: UnixStream, executor: ShimExecutor) {
-    let mut reader = std::io::BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
-        Err(_) => return,
-    });
+fn serve(mut reader: std::io::BufReader<UnixStream>, stream: UnixStream, executor: ShimExecutor) {
     let mut writer = stream;
     loop {
         let mut line = String::new();
