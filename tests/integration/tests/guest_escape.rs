@@ -9,6 +9,9 @@
 //!   only (containerd's and the shim's variables absent, also from the runtime process's
 //!   `/proc/<pid>/environ`); every thread of the runtime process has no capability
 //!   (effective, permitted, ambient, bounding), no_new_privs and a seccomp filter;
+//! - the same on a node without Landlock (a shim wrapper makes `landlock_create_ruleset`
+//!   fail with `ENOSYS`): the guest's preopens leave the kernel's filesystems out, and the
+//!   runtime says once why;
 //! - a Spin app whose `files` mount the whole rootfs cannot read `/proc`, `/sys` or `/dev`
 //!   through it, and its runtime process is confined the same way; one whose `files` source
 //!   is a link to `/proc` is refused;
@@ -39,6 +42,12 @@ const SHIM_VARS: &[&str] = &["GRPC_ADDRESS", "TTRPC_ADDRESS", "NAMESPACE", SECRE
 /// A private containerd 1.7 whose environment (and so the shim's) holds [`SECRET`]; the
 /// shim logs libcontainer's debug lines, which its container-creation helper writes.
 fn start_containerd() -> Result<Containerd> {
+    start_containerd_with(None)
+}
+
+/// [`start_containerd`] starting the `containerd-shim-spin-v2` in `shim_dir` (else the built
+/// one).
+fn start_containerd_with(shim_dir: Option<std::path::PathBuf>) -> Result<Containerd> {
     require_shim()?;
     Containerd::start_with(
         ContainerdVersion::V1_7,
@@ -48,9 +57,63 @@ fn start_containerd() -> Result<Containerd> {
                 (SECRET.0.to_string(), SECRET.1.to_string()),
                 ("RUST_LOG".to_string(), HELPER_LOG_FILTER.to_string()),
             ],
+            shim_dir,
             ..Default::default()
         },
     )
+}
+
+/// A node without Landlock (a kernel built without it, or `lsm=` leaving it out), as far as
+/// the shim can tell: a `containerd-shim-spin-v2` in `dir` that installs a seccomp filter
+/// failing `landlock_create_ruleset` with `ENOSYS`, then execs the built shim (its server,
+/// helper and containers inherit the filter). Compiled with gcc (x86_64).
+fn shim_without_landlock(dir: &Path) -> Result<()> {
+    let real = require_shim()?;
+    let src = dir.join("nolandlock.c");
+    std::fs::write(
+        &src,
+        format!(
+            r#"#include <errno.h>
+#include <stddef.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {{
+    (void)argc;
+    struct sock_filter f[] = {{
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_landlock_create_ruleset, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    }};
+    struct sock_fprog prog = {{ sizeof f / sizeof f[0], f }};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return 97;
+    execv("{real}", argv);
+    return 98;
+}}
+"#,
+            real = real.display()
+        ),
+    )?;
+    let out = integration::output_with_timeout(
+        std::process::Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(dir.join("containerd-shim-spin-v2"))
+            .arg(&src),
+        Duration::from_secs(120),
+    )?;
+    ensure!(
+        out.status.success(),
+        "gcc failed for {} (install gcc and libc6-dev): {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 /// The shim's `RUST_LOG` in these tests: libcontainer's debug lines come from the
@@ -156,14 +219,35 @@ fn wasi_guest_cannot_reach_the_runtime_or_the_host() {
     let Some(_s) = integration::root_test("wasi_guest_cannot_reach_the_runtime_or_the_host") else {
         return;
     };
-    wasi_escape().unwrap_or_else(|e| panic!("{e:#}"));
+    (|| wasi_escape(&start_containerd()?).map(|_| ()))().unwrap_or_else(|e| panic!("{e:#}"));
 }
 
-fn wasi_escape() -> Result<()> {
+/// Without Landlock the guest's view leaves the kernel's filesystems out: the same attempts
+/// fail, the same controls work, and the shim says why once.
+#[test]
+fn wasi_guest_view_without_landlock() {
+    let Some(_s) = integration::root_test("wasi_guest_view_without_landlock") else {
+        return;
+    };
+    (|| -> Result<()> {
+        let shim = tempfile::tempdir()?;
+        shim_without_landlock(shim.path())?;
+        let c = start_containerd_with(Some(shim.path().to_path_buf()))?;
+        let stderr = wasi_escape(&c)?;
+        ensure!(
+            stderr.contains("Landlock is unavailable (the kernel is built without Landlock"),
+            "the runtime did not say that Landlock is missing:\n{stderr}"
+        );
+        Ok(())
+    })()
+    .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Runs wasi-escape on `c`, checks what the module docs say and returns its stderr.
+fn wasi_escape(c: &Containerd) -> Result<String> {
     let dir = tempfile::tempdir()?;
-    let c = start_containerd()?;
     let name = "docker.io/library/wasi-escape:test";
-    import(&c, dir.path(), &escape_image(name)?)?;
+    import(c, dir.path(), &escape_image(name)?)?;
     let id = unique("escape");
     let root = unique("escape-");
     let _guard = CgroupGuard::new(&root);
@@ -189,17 +273,21 @@ fn wasi_escape() -> Result<()> {
         .spawn()
         .context("starting ctr run")?;
     let out = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let out = out.clone();
-        let stdout = child.stdout.take().context("ctr stdout")?;
+    let err = Arc::new(Mutex::new(String::new()));
+    let collect = |pipe: Box<dyn std::io::Read + Send>, buf: &Arc<Mutex<String>>| {
+        let buf = buf.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-                let mut o = out.lock().unwrap();
-                o.push_str(&line);
-                o.push('\n');
+            for line in BufReader::new(pipe).lines().map_while(|l| l.ok()) {
+                let mut b = buf.lock().unwrap();
+                b.push_str(&line);
+                b.push('\n');
             }
         })
     };
+    let readers = [
+        collect(Box::new(child.stdout.take().context("ctr stdout")?), &out),
+        collect(Box::new(child.stderr.take().context("ctr stderr")?), &err),
+    ];
     let holding = wait_for(Duration::from_secs(60), || {
         out.lock().unwrap().contains("\nHOLDING\n").then_some(())
     });
@@ -222,9 +310,12 @@ fn wasi_escape() -> Result<()> {
         let _ = child.kill();
         let _ = child.wait();
     }
-    let _ = reader.join();
+    for r in readers {
+        let _ = r.join();
+    }
     let out = out.lock().unwrap().clone();
-    println!("--- wasi-escape output ---\n{out}--- end ---");
+    let err = err.lock().unwrap().clone();
+    println!("--- wasi-escape output ---\n{out}--- stderr ---\n{err}--- end ---");
     let (threads, environ) = checked?;
     println!("runtime process: {threads} thread(s) confined; environ {environ:?}");
 
@@ -290,7 +381,7 @@ fn wasi_escape() -> Result<()> {
             "/proc/<pid>/environ of the runtime process holds {e:?}, which is not in the spec's env {env:?}"
         );
     }
-    Ok(())
+    Ok(err)
 }
 
 /// A spin-in-container image of tests/apps/spin-files whose component mounts `files`
