@@ -53,17 +53,18 @@ pub fn convert_allowed_http_hosts(
 
 /// `host[:port]`, `http(s)://host[:port][/]`; the host may be an `[ipv6]` literal.
 fn parse_host(text: &str) -> Result<(String, Option<u16>), String> {
+    let t = crate::untrusted::shown(text);
     let rest = if text.contains("//") {
         let Some((scheme, rest)) = text.split_once("://") else {
-            return Err(format!("{text} isn't a valid HTTP host URL"));
+            return Err(format!("{t} isn't a valid HTTP host URL"));
         };
         if scheme != "http" && scheme != "https" {
-            return Err(format!("{text} isn't a valid host or host:port string"));
+            return Err(format!("{t} isn't a valid host or host:port string"));
         }
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.contains('/') {
             return Err(format!(
-                "{text} contains a path, should be host and optional port only"
+                "{t} contains a path, should be host and optional port only"
             ));
         }
         rest
@@ -76,7 +77,7 @@ fn parse_host(text: &str) -> Result<(String, Option<u16>), String> {
         match after.strip_prefix(':') {
             Some(p) => (host, Some(p)),
             None if after.is_empty() => (host, None),
-            None => return Err(format!("{text} isn't a valid host or host:port string")),
+            None => return Err(format!("{t} isn't a valid host or host:port string")),
         }
     } else {
         match rest.rsplit_once(':') {
@@ -90,12 +91,12 @@ fn parse_host(text: &str) -> Result<(String, Option<u16>), String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'));
     if !valid_host {
-        return Err(format!("{text} isn't a valid host or host:port string"));
+        return Err(format!("{t} isn't a valid host or host:port string"));
     }
     let port = match port {
         Some(p) => Some(
             p.parse::<u16>()
-                .map_err(|_| format!("{text} isn't a valid host or host:port string"))?,
+                .map_err(|_| format!("{t} isn't a valid host or host:port string"))?,
         ),
         None => None,
     };

@@ -14,6 +14,8 @@ use anyhow::{anyhow, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::untrusted::{check_path_size, json_error, shown, MAX_DOCUMENT_BYTES};
+
 /// Dynamically typed metadata (`metadata`, `host_requirements`).
 pub type ValuesMap = serde_json::Map<String, Value>;
 
@@ -29,6 +31,85 @@ pub const MUST_UNDERSTAND_COMPONENT_HOST_REQUIREMENTS: &str = "component_host_re
 pub const WASM_CONTENT_TYPE: &str = "application/wasm";
 /// Spin inlines content up to this many bytes into a pushed lock (`content_ref_inline_max_size`).
 pub const INLINE_MAX: usize = 128;
+/// Longest component id accepted, in bytes: ids name staging directories and appear in
+/// every log line of the app.
+pub const MAX_ID_BYTES: usize = 200;
+/// The component id rule, for errors.
+pub const COMPONENT_ID_RULE: &str = "a component id is kebab-case: words of ASCII letters and \
+    digits, each starting with a letter and all lower or all UPPER case, joined by `-` (as \
+    spin.toml requires; a component Spin clones for a trigger is `<id>-for-<trigger id>`)";
+
+/// Checks a component id as Spin's manifest does (`KebabId`: `-`-separated words of ASCII
+/// letters and digits, each starting with a letter, all lower or all upper case), at most
+/// [`MAX_ID_BYTES`] long. The id Spin's loader gives a component it clones for a trigger
+/// with middleware, `<id>-for-<trigger id>`, is accepted too when the trigger id is made of
+/// ASCII letters, digits, `-` and `_` (Spin does not restrict trigger ids; these are the
+/// ones that are safe as a file name). Such ids name files and directories, so nothing
+/// else is: no `/`, no `.`, no control character. Says what is wrong.
+pub fn check_component_id(id: &str) -> Result<(), String> {
+    if id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "it is {} bytes long, more than the limit of {MAX_ID_BYTES}",
+            id.len()
+        ));
+    }
+    let kebab = crate::manifest::validate_id(id, '-', false);
+    if kebab.is_ok() {
+        return Ok(());
+    }
+    if let Some((base, trigger)) = id.split_once("-for-") {
+        if crate::manifest::validate_id(base, '-', false).is_ok()
+            && !trigger.is_empty()
+            && trigger
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Ok(());
+        }
+    }
+    kebab
+}
+
+/// [`check_component_id`] as an error naming `key`, the id and the rule.
+pub fn component_id_error(key: &str, id: &str) -> Option<anyhow::Error> {
+    check_component_id(id).err().map(|e| {
+        anyhow!(
+            "key `{key}`: component id `{}` is invalid: {e}; {COMPONENT_ID_RULE}",
+            shown(id)
+        )
+    })
+}
+
+/// Checks a trigger id: Spin accepts any string; ids are shown in every log line about
+/// their trigger and may name a component clone, so here they are at most
+/// [`MAX_ID_BYTES`] long and hold no control or invisible formatting character.
+pub fn check_trigger_id(id: &str) -> Result<(), String> {
+    if id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "it is {} bytes long, more than the limit of {MAX_ID_BYTES}",
+            id.len()
+        ));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| c.is_control() || crate::untrusted::is_hidden_format(*c))
+    {
+        return Err(format!(
+            "it contains the control or formatting character {}",
+            c.escape_unicode()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a file's guest path from a lock: no `..`, and within the path size limits
+/// ([`check_path_size`]).
+pub fn check_guest_path(path: &str) -> Result<(), String> {
+    if path.split('/').any(|c| c == "..") {
+        return Err("it contains `..`; guest paths must stay inside the guest's root".into());
+    }
+    check_path_size(path.as_bytes())
+}
 
 /// A fully resolved Spin application.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -103,9 +184,17 @@ fn drop_optional(map: ValuesMap) -> ValuesMap {
 impl LockedApp {
     /// Parses a locked app. Errors say what is wrong: not JSON, a missing field, an
     /// unsupported `spin_lock_version`, a `must_understand` entry this reader does not know.
+    /// Component ids must pass [`check_component_id`] and file paths [`check_guest_path`]
+    /// (they become file names); a lock over [`MAX_DOCUMENT_BYTES`] is refused unread.
     pub fn from_json(bytes: &[u8]) -> anyhow::Result<LockedApp> {
-        let wire: LockedAppWire =
-            serde_json::from_slice(bytes).map_err(|e| anyhow!("invalid locked-app JSON: {e}"))?;
+        if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
+            bail!(
+                "the locked app has {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+                bytes.len()
+            );
+        }
+        let wire: LockedAppWire = serde_json::from_slice(bytes)
+            .map_err(|e| anyhow!("invalid locked-app JSON: {}", json_error(&e)))?;
         if wire.spin_lock_version > 1 {
             bail!(
                 "key `spin_lock_version`: version {} is not supported (0 and 1 are)",
@@ -116,7 +205,32 @@ impl LockedApp {
             if m != MUST_UNDERSTAND_HOST_REQUIREMENTS
                 && m != MUST_UNDERSTAND_COMPONENT_HOST_REQUIREMENTS
             {
-                bail!("key `must_understand`: the app requires `{m}`, which this reader does not know");
+                bail!(
+                    "key `must_understand`: the app requires `{}`, which this reader does not know",
+                    shown(m)
+                );
+            }
+        }
+        for (i, t) in wire.triggers.iter().enumerate() {
+            check_trigger_id(&t.id).map_err(|e| {
+                anyhow!(
+                    "key `triggers[{i}].id`: trigger id `{}` is invalid: {e}",
+                    shown(&t.id)
+                )
+            })?;
+        }
+        for (i, c) in wire.components.iter().enumerate() {
+            if let Some(e) = component_id_error(&format!("components[{i}].id"), &c.id) {
+                return Err(e);
+            }
+            for (j, f) in c.files.iter().enumerate() {
+                check_guest_path(&f.path).map_err(|e| {
+                    anyhow!(
+                        "key `components[{i}].files[{j}].path` (component `{}`): path `{}` is refused: {e}",
+                        c.id,
+                        shown(&f.path)
+                    )
+                })?;
             }
         }
         let components = wire
@@ -159,11 +273,17 @@ impl LockedApp {
         &self,
         trigger_type: &str,
     ) -> anyhow::Result<Option<T>> {
-        match self.metadata.get("triggers").and_then(|t| t.get(trigger_type)) {
+        match self
+            .metadata
+            .get("triggers")
+            .and_then(|t| t.get(trigger_type))
+        {
             None | Some(Value::Null) => Ok(None),
             Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| {
                 anyhow::anyhow!(
-                    "key `metadata.triggers.{trigger_type}` ([application.trigger.{trigger_type}]): {e}"
+                    "key `metadata.triggers.{t}` ([application.trigger.{t}]): {}",
+                    json_error(&e),
+                    t = shown(trigger_type)
                 )
             }),
         }
@@ -322,8 +442,13 @@ impl LockedComponent {
     pub fn metadata_list(&self, key: &str) -> anyhow::Result<Vec<String>> {
         match self.metadata.get(key) {
             None | Some(Value::Null) => Ok(Vec::new()),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| anyhow!("component `{}`: key `metadata.{key}`: {e}", self.id)),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                anyhow!(
+                    "component `{}`: key `metadata.{key}`: {}",
+                    self.id,
+                    json_error(&e)
+                )
+            }),
         }
     }
 
@@ -590,6 +715,80 @@ mod tests {
             .unwrap()
             .host_requirements
             .is_empty());
+    }
+
+    #[test]
+    fn component_ids_follow_spin_and_never_name_a_path() {
+        for ok in [
+            "hello",
+            "hello-wild",
+            "HELLO-wild2",
+            "six-lights-for-six-lights-http-trigger",
+            "six-lights-for-http-trigger1",
+            "c-for-my_trigger",
+        ] {
+            check_component_id(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        let long = "a".repeat(MAX_ID_BYTES + 1);
+        for bad in [
+            "x/../../data",
+            "..",
+            "a.b",
+            "",
+            "a/b",
+            "/abs",
+            "a\nb",
+            "x-for-../..",
+            "x-for-a/b",
+            "1abc",
+            long.as_str(),
+        ] {
+            assert!(check_component_id(bad).is_err(), "{bad:?}");
+        }
+        let lock = json!({"spin_lock_version": 0, "triggers": [], "components": [{
+            "id": "x/../../data",
+            "source": {"content_type": "application/wasm", "digest": "sha256:aa"}}]});
+        let e = LockedApp::from_json(lock.to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("components[0].id")
+                && e.contains("`x/../../data`")
+                && e.contains("kebab-case"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn trigger_ids_and_file_paths_are_checked_at_parse() {
+        check_trigger_id("my trigger_1").unwrap();
+        assert!(check_trigger_id("a\nFORGED").is_err());
+        assert!(check_trigger_id("rtl\u{202e}").is_err());
+        assert!(check_trigger_id(&"t".repeat(MAX_ID_BYTES + 1)).is_err());
+        check_guest_path("/static/a.txt").unwrap();
+        check_guest_path("/").unwrap();
+        assert!(check_guest_path("/a/../../etc").is_err());
+        assert!(check_guest_path(&"a/".repeat(200)).is_err());
+        let lock = |trigger: &str, path: &str| {
+            json!({"spin_lock_version": 0,
+                "triggers": [{"id": trigger, "trigger_type": "http", "trigger_config": {}}],
+                "components": [{"id": "c",
+                    "source": {"content_type": "application/wasm", "digest": "sha256:aa"},
+                    "files": [{"inline": "eA", "path": path}]}]})
+            .to_string()
+        };
+        let e = LockedApp::from_json(lock("t\nx", "/a").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("triggers[0].id") && e.contains("t\\nx"), "{e}");
+        let e = LockedApp::from_json(lock("t", "../up").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("files[0].path") && e.contains("`..`"), "{e}");
+        // Over the document cap: refused unread.
+        let big = vec![b' '; MAX_DOCUMENT_BYTES as usize + 1];
+        let e = LockedApp::from_json(&big).unwrap_err().to_string();
+        assert!(e.contains("more than the limit of 4194304"), "{e}");
     }
 
     #[test]

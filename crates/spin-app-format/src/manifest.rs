@@ -23,6 +23,7 @@ use crate::locked::{
     WASM_CONTENT_TYPE,
 };
 use crate::ordered::OrderedMap;
+use crate::untrusted::{shown, shown_path, toml_error, MAX_DOCUMENT_BYTES};
 
 /// The manifest file name Spin looks for in an app directory.
 pub const MANIFEST_FILE: &str = "spin.toml";
@@ -178,15 +179,22 @@ impl LocalApp {
     }
 }
 
-/// Reads `path` (a `spin.toml`, or a directory holding one) and locks it.
+/// Reads `path` (a `spin.toml`, or a directory holding one) and locks it. Only a regular
+/// file of at most [`MAX_DOCUMENT_BYTES`] is read (a FIFO or a device is refused unopened).
 pub fn load(path: &Path) -> anyhow::Result<LocalApp> {
     let file = if path.is_dir() {
         path.join(MANIFEST_FILE)
     } else {
         path.to_path_buf()
     };
-    let text = std::fs::read_to_string(&file)
-        .with_context(|| format!("cannot read Spin manifest {}", file.display()))?;
+    let bytes = crate::untrusted::read_regular(&file, MAX_DOCUMENT_BYTES, "Spin manifest")?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow!(
+            "Spin manifest {} is not UTF-8 text (invalid byte at offset {})",
+            shown_path(&file),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     let base = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -203,12 +211,15 @@ pub fn load(path: &Path) -> anyhow::Result<LocalApp> {
     Ok(app)
 }
 
+/// A TOML error of a value (no position in the text): one line, [`shown`].
 fn one_line(s: &str) -> String {
-    s.lines()
+    let line = s
+        .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    shown(&line).to_string()
 }
 
 /// Spin's id rule (`spin_serde::id`): words separated by `delim`, each starting with an
@@ -221,6 +232,13 @@ pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String
     if id.contains(wrong) {
         return Err(format!(
             "words must be separated with {delim:?}, not {wrong:?}"
+        ));
+    }
+    if id.len() > crate::locked::MAX_ID_BYTES {
+        return Err(format!(
+            "it is {} bytes long, more than the limit of {}",
+            id.len(),
+            crate::locked::MAX_ID_BYTES
         ));
     }
     for word in id.split(delim) {
@@ -244,12 +262,16 @@ pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String
                 ));
             }
             if ch.is_ascii_uppercase() != upper {
-                return Err(format!("{delim:?}-separated words must be all lowercase or all UPPERCASE; got {word:?}"));
+                return Err(format!(
+                    "{delim:?}-separated words must be all lowercase or all UPPERCASE; got \"{}\"",
+                    shown(word)
+                ));
             }
         }
         if lower_only && upper {
             return Err(format!(
-                "lower-case identifiers must be all lowercase; got {id:?}"
+                "lower-case identifiers must be all lowercase; got \"{}\"",
+                shown(id)
             ));
         }
     }
@@ -434,8 +456,12 @@ enum ComponentSpec {
 fn component_spec(v: toml::Value, origin: &str, key: &str) -> anyhow::Result<ComponentSpec> {
     match v {
         toml::Value::String(id) => {
-            validate_id(&id, '-', false)
-                .map_err(|e| anyhow!("{origin}: key `{key}`: invalid component id `{id}`: {e}"))?;
+            validate_id(&id, '-', false).map_err(|e| {
+                anyhow!(
+                    "{origin}: key `{key}`: invalid component id `{}`: {e}",
+                    shown(&id)
+                )
+            })?;
             Ok(ComponentSpec::Reference(id))
         }
         other => other
@@ -450,13 +476,17 @@ fn component_spec(v: toml::Value, origin: &str, key: &str) -> anyhow::Result<Com
 pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> {
     check_version(text, origin)?;
     let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
 
     // Variables.
     let mut variables = std::collections::BTreeMap::new();
     for (name, v) in manifest.variables {
-        validate_id(&name, '_', true)
-            .map_err(|e| anyhow!("{origin}: key `variables.{name}`: invalid variable name: {e}"))?;
+        validate_id(&name, '_', true).map_err(|e| {
+            anyhow!(
+                "{origin}: key `variables.{}`: invalid variable name: {e}",
+                shown(&name)
+            )
+        })?;
         if v.required == v.default.is_some() {
             bail!(
                 "{origin}: key `variables.{name}`: must be `required = true` OR have a `default`{}",
@@ -480,8 +510,12 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
     // Components, in manifest order.
     let mut components: OrderedMap<ComponentToml> = OrderedMap::default();
     for (id, c) in manifest.components {
-        validate_id(&id, '-', false)
-            .map_err(|e| anyhow!("{origin}: key `component.{id}`: invalid component id: {e}"))?;
+        validate_id(&id, '-', false).map_err(|e| {
+            anyhow!(
+                "{origin}: key `component.{}`: invalid component id: {e}",
+                shown(&id)
+            )
+        })?;
         components.insert(id, c);
     }
 
@@ -489,11 +523,14 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
     let mut entries = Vec::new();
     for (trigger_type, list) in manifest.triggers {
         for (index, mut table) in list.into_iter().enumerate() {
-            let key = format!("trigger.{trigger_type}[{index}]");
+            let key = format!("trigger.{}[{index}]", shown(&trigger_type));
             let id = match table.remove("id") {
                 None => String::new(),
                 Some(toml::Value::String(s)) => s,
-                Some(other) => bail!("{origin}: key `{key}.id`: must be a string, found {other}"),
+                Some(other) => bail!(
+                    "{origin}: key `{key}.id`: must be a string, found {}",
+                    shown(&other.to_string())
+                ),
             };
             let component = table
                 .remove("component")
@@ -643,10 +680,17 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
     })
 }
 
-/// Checks the text is TOML and says `spin_manifest_version = 2`.
+/// Checks the text is at most [`MAX_DOCUMENT_BYTES`], is TOML and says
+/// `spin_manifest_version = 2`.
 fn check_version(text: &str, origin: &str) -> anyhow::Result<()> {
+    if text.len() as u64 > MAX_DOCUMENT_BYTES {
+        bail!(
+            "{origin}: the manifest has {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+            text.len()
+        );
+    }
     let raw: toml::Table = toml::from_str(text)
-        .map_err(|e| anyhow!("{origin}: invalid TOML: {}", one_line(&e.to_string())))?;
+        .map_err(|e| anyhow!("{origin}: invalid TOML: {}", toml_error(&e, text)))?;
     match raw.get("spin_manifest_version") {
         Some(toml::Value::Integer(2)) => {}
         Some(toml::Value::String(v)) if v == "1" => bail!(
@@ -654,7 +698,8 @@ fn check_version(text: &str, origin: &str) -> anyhow::Result<()> {
              convert it to version 2 (`spin doctor` does, or see Spin's manifest v2 docs)"
         ),
         Some(other) => bail!(
-            "{origin}: key `spin_manifest_version`: unsupported value {other}; only version 2 is supported"
+            "{origin}: key `spin_manifest_version`: unsupported value {}; only version 2 is supported",
+            shown(&other.to_string())
         ),
         None => bail!(
             "{origin}: key `spin_manifest_version` is missing; a Spin manifest v2 starts with \
@@ -697,7 +742,7 @@ pub struct MiddlewareSources {
 pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<MiddlewareSources>> {
     check_version(text, origin)?;
     let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
     let local = |id: &str| match manifest.components.get(id).map(|c| &c.source) {
         Some(SourceToml::Local(p)) => Some(p.clone()),
         _ => None,
@@ -705,7 +750,7 @@ pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Middle
     let mut out = Vec::new();
     for (trigger_type, list) in manifest.triggers.iter() {
         for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{trigger_type}[{index}]");
+            let key = format!("trigger.{}[{index}]", shown(trigger_type));
             let Some(deps) = table.get("dependencies") else {
                 continue;
             };
@@ -752,7 +797,7 @@ pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Middle
 pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<ComponentSource>> {
     check_version(text, origin)?;
     let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
     let mut out = Vec::new();
     let mut add = |id: String, key: &str, c: &ComponentToml| -> anyhow::Result<()> {
         check_files_confined(&c.files, origin, key)?;
@@ -770,7 +815,7 @@ pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Compone
     }
     for (trigger_type, list) in manifest.triggers.iter() {
         for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{trigger_type}[{index}]");
+            let key = format!("trigger.{}[{index}]", shown(trigger_type));
             let mut specs = Vec::new();
             if let Some(v) = table.get("component") {
                 specs.push((format!("{key}.component"), v.clone()));
@@ -807,14 +852,14 @@ pub fn event_trigger_components(
 ) -> anyhow::Result<std::collections::BTreeSet<String>> {
     check_version(text, origin)?;
     let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", one_line(&e.to_string())))?;
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
     let mut out = std::collections::BTreeSet::new();
     for (trigger_type, list) in manifest.triggers.iter() {
         if trigger_type == crate::trigger::HTTP {
             continue;
         }
         for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{trigger_type}[{index}].component");
+            let key = format!("trigger.{}[{index}].component", shown(trigger_type));
             if let Some(v) = table.get("component") {
                 match component_spec(v.clone(), origin, &key)? {
                     ComponentSpec::Reference(id) => out.insert(id),
@@ -939,9 +984,10 @@ fn lock_component(
                 let path = base.join(p);
                 if !path.is_file() {
                     bail!(
-                        "{origin}: key `{key}.source`: Wasm file `{p}` not found at {} (build the \
+                        "{origin}: key `{key}.source`: Wasm file `{}` not found at {} (build the \
                      component first, or fix the path; it is relative to the manifest)",
-                        path.display()
+                        shown(p),
+                        shown_path(&path)
                     );
                 }
                 path
@@ -1036,15 +1082,47 @@ fn lock_component(
     ))
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let p = e.path();
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else if p.is_file() {
-            out.push(p);
+/// Every file below `dir` in the order of a depth-first walk by name, links followed (a
+/// link to a file is that file, a link to a directory is walked), without recursion: a
+/// directory reached twice (a link loop) is walked once, and a tree deeper than
+/// [`crate::untrusted::MAX_PATH_DEPTH`] is an error naming it.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    enum Item {
+        Dir(PathBuf, usize),
+        File(PathBuf),
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![Item::Dir(dir.to_path_buf(), 0)];
+    while let Some(item) = todo.pop() {
+        let (d, depth) = match item {
+            Item::File(p) => {
+                out.push(p);
+                continue;
+            }
+            Item::Dir(d, depth) => (d, depth),
+        };
+        let md = std::fs::metadata(&d)?;
+        if !seen.insert((md.dev(), md.ino())) {
+            continue;
+        }
+        if depth > crate::untrusted::MAX_PATH_DEPTH {
+            bail!(
+                "{} is more than {} directories below {}; file trees are limited to that depth",
+                shown_path(&d),
+                crate::untrusted::MAX_PATH_DEPTH,
+                shown_path(dir)
+            );
+        }
+        let mut entries: Vec<_> = std::fs::read_dir(&d)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries.into_iter().rev() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(Item::Dir(p, depth + 1));
+            } else if p.is_file() {
+                todo.push(Item::File(p));
+            }
         }
     }
     Ok(())
@@ -1067,17 +1145,22 @@ fn check_files_confined(files: &[FilesMount], origin: &str, key: &str) -> anyhow
     for f in files {
         match f {
             FilesMount::Pattern(pattern) if escapes(pattern) => bail!(
-                "{origin}: key `{key}.files`: pattern `{pattern}` must be relative to the \
-                 manifest directory and stay inside it"
+                "{origin}: key `{key}.files`: pattern `{}` must be relative to the \
+                 manifest directory and stay inside it",
+                shown(pattern)
             ),
             FilesMount::Placement { source, .. } if escapes(source) => bail!(
-                "{origin}: key `{key}.files`: source `{source}` must be a path relative to the \
-                 manifest directory that stays inside it (no leading `/`, no `..`)"
+                "{origin}: key `{key}.files`: source `{}` must be a path relative to the \
+                 manifest directory that stays inside it (no leading `/`, no `..`)",
+                shown(source)
             ),
             FilesMount::Placement { destination, .. }
                 if destination.split('/').any(|s| s == "..") =>
             {
-                bail!("{origin}: key `{key}.files`: destination `{destination}` must not contain `..`")
+                bail!(
+                    "{origin}: key `{key}.files`: destination `{}` must not contain `..`",
+                    shown(destination)
+                )
             }
             _ => {}
         }

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::locked::LockedTrigger;
 use crate::ordered::OrderedMap;
+use crate::untrusted::{json_error, shown};
 
 /// Trigger type of the HTTP trigger.
 pub const HTTP: &str = "http";
@@ -58,17 +59,23 @@ impl TriggerConfig {
         fn typed<T: serde::de::DeserializeOwned>(trigger: &LockedTrigger) -> anyhow::Result<T> {
             serde_json::from_value(trigger.trigger_config.clone()).map_err(|e| {
                 anyhow!(
-                    "{} trigger `{}` ([[trigger.{}]]): {e}",
-                    trigger.trigger_type,
-                    trigger.id,
-                    trigger.trigger_type
+                    "{t} trigger `{}` ([[trigger.{t}]]): {}",
+                    shown(&trigger.id),
+                    json_error(&e),
+                    t = shown(&trigger.trigger_type),
                 )
             })
         }
         match trigger.trigger_type.as_str() {
             HTTP => serde_json::from_value(trigger.trigger_config.clone())
                 .map(TriggerConfig::Http)
-                .map_err(|e| anyhow!("http trigger `{}`: key `trigger_config`: {e}", trigger.id)),
+                .map_err(|e| {
+                    anyhow!(
+                        "http trigger `{}`: key `trigger_config`: {}",
+                        shown(&trigger.id),
+                        json_error(&e)
+                    )
+                }),
             REDIS => typed(trigger).map(TriggerConfig::Redis),
             MQTT => typed(trigger).map(TriggerConfig::Mqtt),
             CRON => typed(trigger).map(TriggerConfig::Cron),
