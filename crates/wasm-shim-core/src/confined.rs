@@ -14,9 +14,13 @@
 //!
 //! Relative paths given to the writing calls must consist of plain components; anything
 //! else is an error naming the path.
+//!
+//! Files are only ever opened when they are regular files: each is first opened `O_PATH`
+//! (which opens nothing) and inspected, so a FIFO (whose open blocks until a writer comes)
+//! or a device node (whose open acts on the device) in a rootfs is refused, never opened.
+//! Trees are removed by [`remove_tree`], without recursion, links or crossing mounts.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
@@ -46,16 +50,19 @@ pub fn plain_relative(rel: &Path) -> anyhow::Result<PathBuf> {
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
             _ => bail!(
-                "path {:?} must be relative and stay inside its directory (no `..`, no leading `/`)",
-                rel
+                "path \"{}\" must be relative and stay inside its directory (no `..`, no leading `/`)",
+                shown_path(rel)
             ),
         }
     }
     if out.as_os_str().is_empty() {
-        bail!("path {:?} is empty", rel);
+        bail!("path \"{}\" is empty", shown_path(rel));
     }
     Ok(out)
 }
+
+/// Every error and message about a path here shows it escaped and cut.
+use spin_app_format::untrusted::{read_capped, reopen_regular, shown_path};
 
 fn errno_text(e: rustix::io::Errno) -> String {
     match e {
@@ -107,61 +114,41 @@ impl Dir {
     }
 
     fn shown(&self, rel: &Path) -> String {
-        self.path.join(rel).display().to_string()
+        shown_path(&self.path.join(rel)).to_string()
     }
 
-    /// Opens `rel` for reading as the container would see it: `rel` and every link on
-    /// the way resolve with this directory as `/`.
+    /// Opens the regular file `rel` for reading as the container would see it: `rel` and
+    /// every link on the way resolve with this directory as `/`. Anything but a regular
+    /// file (a FIFO, a device, a socket, a directory) is refused without being opened.
     pub fn open_in_root(&self, rel: &Path) -> anyhow::Result<File> {
         let fd = rustix::fs::openat2(
             &self.fd,
             rel,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+            OFlags::PATH | OFlags::CLOEXEC,
             Mode::empty(),
             ROOT_RESOLVE,
         )
         .map_err(|e| {
             anyhow::anyhow!(
                 "cannot open {} inside {}: {}",
-                rel.display(),
+                shown_path(rel),
                 self.path.display(),
                 errno_text(e)
             )
         })?;
-        let f = File::from(fd);
-        let md = f.metadata()?;
-        if !md.is_file() {
-            bail!(
-                "{} inside {} is not a regular file",
-                rel.display(),
-                self.path.display()
-            );
-        }
-        Ok(f)
+        reopen_regular(fd)
+            .map_err(|e| anyhow::anyhow!("{} inside {}: {e}", shown_path(rel), self.path.display()))
     }
 
     /// Reads the regular file `rel` (resolved as in [`Dir::open_in_root`]), refusing files
     /// larger than `max` bytes.
     pub fn read_in_root(&self, rel: &Path, max: u64) -> anyhow::Result<Vec<u8>> {
         let f = self.open_in_root(rel)?;
-        let len = f.metadata()?.len();
-        if len > max {
-            bail!(
-                "{} inside {} has {len} bytes, more than the limit of {max}",
-                rel.display(),
-                self.path.display()
-            );
-        }
-        let mut out = Vec::with_capacity(len as usize);
-        f.take(max + 1).read_to_end(&mut out)?;
-        if out.len() as u64 > max {
-            bail!(
-                "{} inside {} grew past the limit of {max} bytes while read",
-                rel.display(),
-                self.path.display()
-            );
-        }
-        Ok(out)
+        read_capped(
+            f,
+            max,
+            &format!("{} inside {}", shown_path(rel), self.path.display()),
+        )
     }
 
     /// Whether anything (a link included, not followed) exists at `rel`, resolved as the
@@ -178,7 +165,7 @@ impl Dir {
             Err(rustix::io::Errno::NOENT) => Ok(false),
             Err(e) => bail!(
                 "cannot look up {} inside {}: {}",
-                rel.display(),
+                shown_path(rel),
                 self.path.display(),
                 errno_text(e)
             ),
@@ -245,18 +232,19 @@ impl Dir {
         Ok(File::from(fd))
     }
 
-    /// Opens the regular file `rel` below this directory for reading (no links followed).
+    /// Opens the regular file `rel` below this directory for reading (no links followed;
+    /// anything but a regular file is refused unopened).
     pub fn open_file(&self, rel: &Path) -> anyhow::Result<File> {
         let rel = plain_relative(rel)?;
         let fd = rustix::fs::openat2(
             &self.fd,
             &rel,
-            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::empty(),
             WRITE_RESOLVE,
         )
         .map_err(|e| anyhow::anyhow!("cannot open {}: {}", self.shown(&rel), errno_text(e)))?;
-        Ok(File::from(fd))
+        reopen_regular(fd).map_err(|e| anyhow::anyhow!("{}: {e}", self.shown(&rel)))
     }
 
     /// Whether the single component `name` exists in this directory (not followed).
@@ -293,6 +281,204 @@ impl Dir {
                 )
             },
         )
+    }
+}
+
+/// One directory on the way down in [`remove_tree`]: its name in its parent, its
+/// identity (to check `..` leads back to it), and the subdirectories still to remove.
+struct Level {
+    name: std::ffi::OsString,
+    id: (u64, u64),
+    pending: Vec<std::ffi::OsString>,
+}
+
+fn id_of(st: &rustix::fs::Stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
+const DIR_FLAGS: OFlags = OFlags::DIRECTORY
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::RDONLY)
+    .union(OFlags::CLOEXEC);
+
+/// Removes every non-directory entry of `dir` (links unfollowed) and returns the names of
+/// its subdirectories.
+fn clear_files(
+    dir: &OwnedFd,
+    shown: &dyn Fn() -> String,
+) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut subdirs = Vec::new();
+    let mut entries = rustix::fs::Dir::read_from(dir)
+        .map_err(|e| anyhow::anyhow!("cannot list {}: {}", shown(), errno_text(e)))?;
+    while let Some(entry) = entries.next() {
+        let entry =
+            entry.map_err(|e| anyhow::anyhow!("cannot list {}: {}", shown(), errno_text(e)))?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            rustix::fs::FileType::Directory => true,
+            rustix::fs::FileType::Unknown => {
+                rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir())
+                    .unwrap_or(false)
+            }
+            _ => false,
+        };
+        let os = std::ffi::OsStr::from_bytes(name.to_bytes()).to_os_string();
+        if is_dir {
+            subdirs.push(os);
+        } else {
+            match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => bail!(
+                    "cannot remove {}/{}: {}",
+                    shown(),
+                    shown_path(Path::new(&os)),
+                    errno_text(e)
+                ),
+            }
+        }
+    }
+    Ok(subdirs)
+}
+
+/// Removes `path` and everything below it, however deep, without recursion: one
+/// descriptor for the directory being emptied and a list of names per level (memory grows
+/// with the number of directories, never the stack), `..` checked against the directory
+/// it must lead back to. Links are removed, never followed; a directory on another
+/// filesystem (a mount point) is not entered and fails the removal, naming it (what is
+/// around it is still removed). A missing `path` is not an error. For trees an image
+/// shaped (an extracted archive 30,000 directories deep overflowed
+/// `std::fs::remove_dir_all`'s recursion).
+pub fn remove_tree(path: &Path) -> anyhow::Result<()> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        bail!("refusing to remove {}: it has no parent", path.display());
+    };
+    let parent = rustix::fs::open(
+        if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        },
+        DIR_FLAGS.difference(OFlags::NOFOLLOW),
+        Mode::empty(),
+    );
+    let parent = match parent {
+        Ok(p) => p,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => bail!("cannot remove {}: {}", path.display(), errno_text(e)),
+    };
+    let root = match rustix::fs::openat(&parent, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+            return rustix::fs::unlinkat(&parent, name, rustix::fs::AtFlags::empty()).map_err(
+                |e| anyhow::anyhow!("cannot remove {}: {}", path.display(), errno_text(e)),
+            );
+        }
+        Err(e) => bail!("cannot remove {}: {}", path.display(), errno_text(e)),
+    };
+    let root_dev = rustix::fs::fstat(&root)?.st_dev;
+    // The path of the level being emptied, for messages only.
+    let here = |levels: &[Level]| -> String {
+        let mut p = path.to_path_buf();
+        for l in levels.iter().skip(1) {
+            p.push(&l.name);
+        }
+        shown_path(&p).to_string()
+    };
+    let mut first_error: Option<anyhow::Error> = None;
+    let mut levels = vec![Level {
+        name: name.to_os_string(),
+        id: id_of(&rustix::fs::fstat(&root)?),
+        pending: Vec::new(),
+    }];
+    levels[0].pending = clear_files(&root, &|| path.display().to_string())?;
+    let mut cur = root;
+    loop {
+        let top = levels.last_mut().expect("the root level is popped last");
+        if let Some(child) = top.pending.pop() {
+            let fd = match rustix::fs::openat(&cur, &child, DIR_FLAGS, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+                    let _ = rustix::fs::unlinkat(&cur, &child, rustix::fs::AtFlags::empty());
+                    continue;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(anyhow::anyhow!(
+                        "cannot remove {}/{}: {}",
+                        here(&levels),
+                        shown_path(Path::new(&child)),
+                        errno_text(e)
+                    ));
+                    continue;
+                }
+            };
+            let st = rustix::fs::fstat(&fd)?;
+            if st.st_dev != root_dev {
+                first_error.get_or_insert(anyhow::anyhow!(
+                    "not removing {}/{}: it is a mount point (another filesystem)",
+                    here(&levels),
+                    shown_path(Path::new(&child))
+                ));
+                continue;
+            }
+            levels.push(Level {
+                name: child,
+                id: id_of(&st),
+                pending: Vec::new(),
+            });
+            let shown_here = here(&levels);
+            match clear_files(&fd, &|| shown_here.clone()) {
+                Ok(subdirs) => levels.last_mut().expect("just pushed").pending = subdirs,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            cur = fd;
+            continue;
+        }
+        let done = levels.pop().expect("the loop ends when it is empty");
+        let Some(up) = levels.last() else {
+            match rustix::fs::unlinkat(&parent, name, rustix::fs::AtFlags::REMOVEDIR) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => {
+                    first_error.get_or_insert(anyhow::anyhow!(
+                        "cannot remove {}: {}",
+                        path.display(),
+                        errno_text(e)
+                    ));
+                }
+            }
+            break;
+        };
+        let fd = rustix::fs::openat(&cur, "..", DIR_FLAGS, Mode::empty())?;
+        if id_of(&rustix::fs::fstat(&fd)?) != up.id {
+            bail!(
+                "stopped removing {}: {} was moved while it was removed",
+                path.display(),
+                here(&levels)
+            );
+        }
+        if let Err(e) = rustix::fs::unlinkat(&fd, &done.name, rustix::fs::AtFlags::REMOVEDIR) {
+            if e != rustix::io::Errno::NOENT {
+                first_error.get_or_insert(anyhow::anyhow!(
+                    "cannot remove {}/{}: {}",
+                    here(&levels),
+                    shown_path(Path::new(&done.name)),
+                    errno_text(e)
+                ));
+            }
+        }
+        cur = fd;
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 
@@ -374,5 +560,98 @@ mod tests {
         for bad in ["/a", "a/../b", "..", "", "."] {
             assert!(plain_relative(Path::new(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn reads_refuse_fifos_and_devices_unopened() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &root.join("spin.toml"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        symlink("/spin.toml", root.join("via-link")).unwrap();
+        let d = Dir::open(&root).unwrap();
+        // Opening a FIFO without a writer blocks forever: refused without opening it.
+        for p in ["spin.toml", "via-link", "/spin.toml"] {
+            let e = d.read_in_root(Path::new(p), 100).unwrap_err().to_string();
+            assert!(e.contains("a FIFO, not a regular file"), "{p}: {e}");
+        }
+        assert!(d.open_file(Path::new("spin.toml")).is_err());
+        // A device node (made here by root, as an image's layer would have it): never
+        // opened.
+        if rustix::process::geteuid().is_root() {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &root.join("dev"),
+                rustix::fs::FileType::CharacterDevice,
+                Mode::from_raw_mode(0o644),
+                rustix::fs::makedev(1, 3),
+            )
+            .unwrap();
+            let e = d
+                .read_in_root(Path::new("dev"), 100)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("character device"), "{e}");
+        }
+    }
+
+    #[test]
+    fn deep_trees_are_removed_without_recursion() {
+        let t = tempfile::tempdir().unwrap();
+        let canary = t.path().join("canary");
+        std::fs::create_dir(&canary).unwrap();
+        std::fs::write(canary.join("keep"), b"x").unwrap();
+        let top = t.path().join("tree");
+        std::fs::create_dir(&top).unwrap();
+        // 30,000 levels, built through descriptors (the path is far over PATH_MAX), with
+        // files, a FIFO and links to the canary along the way.
+        let mut cur = rustix::fs::open(&top, DIR_FLAGS, Mode::empty()).unwrap();
+        for i in 0..30_000 {
+            if i % 5000 == 0 {
+                let f = rustix::fs::openat(
+                    &cur,
+                    "f",
+                    OFlags::CREATE | OFlags::WRONLY,
+                    Mode::from_raw_mode(0o644),
+                )
+                .unwrap();
+                drop(f);
+                rustix::fs::symlinkat(&canary, &cur, "link").unwrap();
+                rustix::fs::mknodat(
+                    &cur,
+                    "fifo",
+                    rustix::fs::FileType::Fifo,
+                    Mode::from_raw_mode(0o644),
+                    0,
+                )
+                .unwrap();
+            }
+            rustix::fs::mkdirat(&cur, "a", Mode::from_raw_mode(0o755)).unwrap();
+            cur = rustix::fs::openat(&cur, "a", DIR_FLAGS, Mode::empty()).unwrap();
+        }
+        drop(cur);
+        // In a thread with a 256 KiB stack: no recursion.
+        let p = top.clone();
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || remove_tree(&p))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        assert!(!top.exists());
+        assert_eq!(std::fs::read(canary.join("keep")).unwrap(), b"x");
+        // Missing is fine; a link is removed, not followed.
+        remove_tree(&top).unwrap();
+        symlink(&canary, t.path().join("l")).unwrap();
+        remove_tree(&t.path().join("l")).unwrap();
+        assert!(canary.join("keep").exists());
     }
 }

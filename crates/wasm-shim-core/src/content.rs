@@ -420,7 +420,10 @@ pub fn read_image_document(bytes: &[u8], what: &str) -> anyhow::Result<ImageDocu
         let media_type = match &v["mediaType"] {
             serde_json::Value::Null => String::new(),
             serde_json::Value::String(s) => s.clone(),
-            other => bail!("{what}: {entry} has mediaType {other}, not a string"),
+            other => bail!(
+                "{what}: {entry} has mediaType {}, not a string",
+                crate::untrusted::shown(&other.to_string())
+            ),
         };
         let size = v["size"]
             .as_i64()

@@ -65,9 +65,29 @@ pub fn code_of(e: &anyhow::Error) -> ttrpc::Code {
         .unwrap_or(ttrpc::Code::UNKNOWN)
 }
 
-/// `e` as the ttrpc status containerd receives: [`code_of`] with the whole chain as text.
+/// Longest status message sent to containerd (bytes); containerd logs it and `ctr`,
+/// kubelet and the task's status show it.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 16 << 10;
+
+/// `e` as the ttrpc status containerd receives: [`code_of`] with the whole chain as text,
+/// cut at [`MAX_STATUS_MESSAGE_BYTES`] (untrusted strings are escaped and cut where they
+/// enter a message; this bounds what many of them add up to).
 pub fn to_ttrpc(e: &anyhow::Error) -> ttrpc::Error {
-    ttrpc::Error::RpcStatus(ttrpc::get_status(code_of(e), format!("{e:#}")))
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code_of(e), bounded(format!("{e:#}"))))
+}
+
+/// `msg` cut at [`MAX_STATUS_MESSAGE_BYTES`] (on a character boundary), its size said.
+pub fn bounded(mut msg: String) -> String {
+    if msg.len() > MAX_STATUS_MESSAGE_BYTES {
+        let total = msg.len();
+        let mut cut = MAX_STATUS_MESSAGE_BYTES;
+        while !msg.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        msg.truncate(cut);
+        msg.push_str(&format!("... ({total} bytes)"));
+    }
+    msg
 }
 
 #[cfg(test)]
@@ -94,5 +114,20 @@ mod tests {
             ttrpc::Code::INVALID_ARGUMENT
         );
         assert_eq!(code_of(&anyhow::anyhow!("disk full")), ttrpc::Code::UNKNOWN);
+    }
+
+    #[test]
+    fn status_messages_are_bounded() {
+        let huge = anyhow::anyhow!("{}", "é".repeat(1 << 20)).context("layer 1");
+        let ttrpc::Error::RpcStatus(s) = to_ttrpc(&huge) else {
+            panic!("not a status")
+        };
+        assert!(
+            s.message.len() < MAX_STATUS_MESSAGE_BYTES + 32,
+            "{}",
+            s.message.len()
+        );
+        assert!(s.message.starts_with("layer 1: ") && s.message.ends_with("(2097161 bytes)"));
+        assert_eq!(bounded("short".into()), "short");
     }
 }

@@ -106,7 +106,7 @@ impl Shim for WasmShim {
             Ok(None) => {
                 // Nothing saved (create never got far): remove a state root if any.
                 let root = state::state_root(&bundle);
-                let _ = std::fs::remove_dir_all(root);
+                let _ = crate::confined::remove_tree(&root);
             }
             Err(e) => tracing::warn!(id = %self.id, "delete: {e:#}"),
         }

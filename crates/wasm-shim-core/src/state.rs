@@ -120,10 +120,10 @@ pub fn cleanup(p: &Persisted, bundle: &Path) -> anyhow::Result<()> {
     if let Err(e) = p.placement.remove() {
         first.get_or_insert(anyhow::anyhow!("removing the cgroup of {}: {e:#}", p.id));
     }
-    if p.state_root.exists() {
-        if let Err(e) = std::fs::remove_dir_all(&p.state_root) {
-            first.get_or_insert(anyhow::anyhow!("removing {}: {e}", p.state_root.display()));
-        }
+    // The state root holds what the shim materialised from the image (trees an image
+    // shaped): removed without recursion, links or crossing mounts.
+    if let Err(e) = crate::confined::remove_tree(&p.state_root) {
+        first.get_or_insert(e.context(format!("removing {}", p.state_root.display())));
     }
     if let Some(r) = &p.rootfs_mounted {
         unmount_rootfs(r);

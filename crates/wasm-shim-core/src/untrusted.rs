@@ -1,12 +1,20 @@
 //! Untrusted image content on its way to disk: digest syntax, per-app limits, a
 //! streaming size-checked and digest-verified blob writer, and a bounded tar+gzip
-//! extractor. Everything writes through [`crate::confined::Dir`].
+//! extractor ([`tarball`] reads the archive). Everything writes through
+//! [`crate::confined::Dir`]; every string from the image that reaches an error is
+//! [`shown`] (escaped and cut).
+
+pub mod tarball;
 
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context};
 use sha2::{Digest, Sha256};
+
+use spin_app_format::untrusted::check_path_size;
+pub use spin_app_format::untrusted::{shown, shown_path, Shown};
 
 use crate::confined::Dir;
 
@@ -31,7 +39,8 @@ pub fn digest_hex(digest: &str) -> anyhow::Result<&str> {
             Ok(h)
         }
         _ => bail!(
-            "digest {digest:?} is not of the form sha256:<64 lower-case hex digits>; the image is malformed"
+            "digest \"{}\" is not of the form sha256:<64 lower-case hex digits>; the image is malformed",
+            shown(digest)
         ),
     }
 }
@@ -217,8 +226,13 @@ pub struct Extracted {
     pub file_digests: Vec<String>,
 }
 
-/// The path of an archive entry as a plain relative path, or an error naming it.
-fn entry_path(raw: &Path, what: &str) -> anyhow::Result<PathBuf> {
+/// The path of an archive entry as a plain relative path, or an error naming it: no
+/// `..`, no root, within `PATH_MAX`, `NAME_MAX` and [`spin_app_format::untrusted::MAX_PATH_DEPTH`] directories.
+fn entry_path(raw: &[u8], what: &str) -> anyhow::Result<PathBuf> {
+    let shown_raw = shown(raw);
+    check_path_size(raw)
+        .map_err(|e| anyhow::anyhow!("{what}: entry `{shown_raw}` is refused: {e}"))?;
+    let raw = Path::new(std::ffi::OsStr::from_bytes(raw));
     let mut out = PathBuf::new();
     for c in raw.components() {
         match c {
@@ -226,15 +240,11 @@ fn entry_path(raw: &Path, what: &str) -> anyhow::Result<PathBuf> {
             Component::CurDir => {}
             Component::ParentDir => {
                 bail!(
-                    "{what}: entry {} contains `..`; archive entries must stay inside the archive",
-                    raw.display()
+                    "{what}: entry `{shown_raw}` contains `..`; archive entries must stay inside the archive"
                 )
             }
             Component::RootDir | Component::Prefix(_) => {
-                bail!(
-                    "{what}: entry {} is an absolute path; archive entries must be relative",
-                    raw.display()
-                )
+                bail!("{what}: entry `{shown_raw}` is an absolute path; archive entries must be relative")
             }
         }
     }
@@ -244,8 +254,11 @@ fn entry_path(raw: &Path, what: &str) -> anyhow::Result<PathBuf> {
 /// Extracts the tar+gzip `src` into `dest` and links every regular file into `blobs` as
 /// `<its sha256>`. Only regular files and directories are accepted: a symlink, hard link,
 /// device, `..` or absolute entry fails naming `what` (the layer) and the entry, as does
-/// exceeding `budget`. Blocking (run it off the async workers); memory stays bounded by
-/// the copy buffer whatever the archive inflates to.
+/// exceeding `budget` (members' data, extension headers and skipped data count as bytes,
+/// members as entries), a name or path over `NAME_MAX`/`PATH_MAX`, a path more than
+/// [`spin_app_format::untrusted::MAX_PATH_DEPTH`] directories deep, or an extension header over its cap
+/// ([`tarball`]). Blocking (run it off the async workers); memory stays bounded by the
+/// copy buffer and the capped headers whatever the archive inflates to or declares.
 pub fn extract_tar_gz(
     src: impl Read,
     dest: &Dir,
@@ -254,24 +267,22 @@ pub fn extract_tar_gz(
     what: &str,
 ) -> anyhow::Result<Extracted> {
     let mut out = Extracted::default();
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(src));
-    let entries = ar
-        .entries()
-        .with_context(|| format!("{what}: not a tar+gzip archive"))?;
+    let mut ar = tarball::TarReader::new(flate2::read::GzDecoder::new(src));
     let mut buf = vec![0u8; 128 << 10];
-    for entry in entries {
-        let mut entry = entry.with_context(|| format!("{what}: corrupt tar+gzip archive"))?;
-        let raw = entry
-            .path()
-            .with_context(|| format!("{what}: entry with an unreadable path"))?
-            .into_owned();
-        let path = entry_path(&raw, what)?;
+    loop {
+        let entry = ar
+            .next_entry()
+            .map_err(|e| anyhow::anyhow!("{what}: not a valid tar+gzip archive: {e:#}"))?;
+        budget.take_bytes(ar.take_overhead(), what)?;
+        let Some(entry) = entry else { break };
+        let shown_raw = shown(&entry.path);
+        let path = entry_path(&entry.path, what)?;
         budget.take_entry(what)?;
-        let kind = entry.header().entry_type();
+        let kind = entry.kind;
         if kind.is_dir() {
             if !path.as_os_str().is_empty() {
                 dest.create_dir_all(&path)
-                    .with_context(|| format!("{what}: entry {}", raw.display()))?;
+                    .with_context(|| format!("{what}: entry `{shown_raw}`"))?;
             }
             continue;
         }
@@ -284,8 +295,7 @@ pub fn extract_tar_gz(
                 "not a regular file or directory"
             };
             bail!(
-                "{what}: entry {} is {k}; Spin archive layers may hold only regular files and directories",
-                raw.display()
+                "{what}: entry `{shown_raw}` is {k}; Spin archive layers may hold only regular files and directories"
             );
         }
         let Some(name) = path
@@ -293,13 +303,13 @@ pub fn extract_tar_gz(
             .and_then(|n| n.to_str())
             .map(str::to_string)
         else {
-            bail!("{what}: entry {} has no usable file name", raw.display());
+            bail!("{what}: entry `{shown_raw}` has no usable file name");
         };
-        let declared = entry.header().size().unwrap_or(0);
+        let declared = entry.size;
         if budget.bytes().saturating_add(declared) > budget.limits.max_bytes {
             budget.take_bytes(
                 declared,
-                &format!("{what}: entry {} ({declared} bytes)", raw.display()),
+                &format!("{what}: entry `{shown_raw}` ({declared} bytes)"),
             )?;
         }
         let parent = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -308,16 +318,16 @@ pub fn extract_tar_gz(
         };
         let mut file = parent
             .create_file(&name, 0o644)
-            .with_context(|| format!("{what}: entry {}", raw.display()))?;
+            .with_context(|| format!("{what}: entry `{shown_raw}`"))?;
         let mut hasher = Sha256::new();
         loop {
-            let n = entry
-                .read(&mut buf)
-                .with_context(|| format!("{what}: entry {}: corrupt data", raw.display()))?;
+            let n = ar
+                .read_data(&mut buf)
+                .with_context(|| format!("{what}: entry `{shown_raw}`: corrupt data"))?;
             if n == 0 {
                 break;
             }
-            budget.take_bytes(n as u64, &format!("{what}: entry {}", raw.display()))?;
+            budget.take_bytes(n as u64, &format!("{what}: entry `{shown_raw}`"))?;
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n])?;
         }
@@ -515,6 +525,120 @@ mod tests {
             assert!(e.contains(want) && e.contains("layer 7"), "case {i}: {e}");
         }
         assert_eq!(std::fs::read_dir(&canary).unwrap().count(), 0);
+    }
+
+    /// A tar+gzip whose first member is a GNU long-name header of `name`, then a directory
+    /// header carrying it (the `tar` crate writes this form for paths over 100 bytes).
+    fn long_name_dir(name: &[u8]) -> Vec<u8> {
+        let mut tar = Vec::new();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.set_size(name.len() as u64 + 1);
+        h.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_cksum();
+        tar.extend_from_slice(h.as_bytes());
+        tar.extend_from_slice(name);
+        tar.push(0);
+        tar.resize(tar.len().div_ceil(512) * 512, 0);
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_size(0);
+        h.as_old_mut().name[..4].copy_from_slice(b"deep");
+        h.set_cksum();
+        tar.extend_from_slice(h.as_bytes());
+        tar.extend_from_slice(&[0; 1024]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&tar).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn deep_and_long_paths_are_refused_before_anything_is_created() {
+        let t = tempfile::tempdir().unwrap();
+        let cases: [(Vec<u8>, &[&str]); 3] = [
+            // 30,000 levels in one entry, a few hundred bytes compressed: its GNU long
+            // name (60,000 bytes) is over PATH_MAX, refused from its header.
+            ("a/".repeat(30_000).into_bytes(), &["limited to 4096 bytes"]),
+            // Deeper than 128 levels but within PATH_MAX: refused naming the depth.
+            (
+                "a/".repeat(200).into_bytes(),
+                &["200 directories deep", "limit of 128"],
+            ),
+            // A component over NAME_MAX.
+            (vec![b'n'; 300], &["NAME_MAX", "... (300 bytes)"]),
+        ];
+        for (i, (name, wants)) in cases.iter().enumerate() {
+            let gz = long_name_dir(name);
+            assert!(gz.len() < 1024, "{}", gz.len());
+            let (dest, blobs) = dirs(&t.path().join(format!("{i}")));
+            let mut budget = Budget::new(limits(1 << 20, 10));
+            let e = format!(
+                "{:#}",
+                extract_tar_gz(&gz[..], &dest, &blobs, &mut budget, "layer 4").unwrap_err()
+            );
+            assert!(e.contains("layer 4"), "{e}");
+            for w in *wants {
+                assert!(e.contains(w), "case {i}: {e}");
+            }
+            let made = std::fs::read_dir(t.path().join(format!("{i}/dest"))).unwrap();
+            assert_eq!(made.count(), 0, "case {i}");
+        }
+        // 128 levels are fine.
+        let gz = long_name_dir("a/".repeat(128).as_bytes());
+        let (dest, blobs) = dirs(&t.path().join("ok"));
+        let mut budget = Budget::new(limits(1 << 20, 10));
+        extract_tar_gz(&gz[..], &dest, &blobs, &mut budget, "layer 7").unwrap();
+    }
+
+    #[test]
+    fn huge_long_name_is_refused_from_its_header() {
+        // A header that says its long name is 3 GiB, followed by nothing: the cap applies
+        // before a byte of it is read, and memory stays where it was.
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.set_size(3 << 30);
+        h.set_cksum();
+        let gz = {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(h.as_bytes()).unwrap();
+            gz.finish().unwrap()
+        };
+        let t = tempfile::tempdir().unwrap();
+        let (dest, blobs) = dirs(t.path());
+        let mut budget = Budget::new(limits(1 << 40, 10));
+        let e = format!(
+            "{:#}",
+            extract_tar_gz(&gz[..], &dest, &blobs, &mut budget, "layer 1").unwrap_err()
+        );
+        assert!(
+            e.contains("layer 1")
+                && e.contains("states 3221225472 bytes")
+                && e.contains("PATH_MAX"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn entry_names_are_escaped_in_errors() {
+        let t = tempfile::tempdir().unwrap();
+        let gz = tar_gz(|b| link(b, tar::EntryType::Symlink, "x\nINFO forged", "/etc"));
+        let gz2 = tar_gz(|b| {
+            link(
+                b,
+                tar::EntryType::Symlink,
+                "a\nINFO wasm_shim_core: forged line",
+                "/etc",
+            )
+        });
+        for (i, gz) in [gz, gz2].iter().enumerate() {
+            let (dest, blobs) = dirs(&t.path().join(format!("{i}")));
+            let mut budget = Budget::new(limits(1000, 10));
+            let e = format!(
+                "{:#}",
+                extract_tar_gz(&gz[..], &dest, &blobs, &mut budget, "layer 1").unwrap_err()
+            );
+            assert!(!e.contains('\n') && e.contains("\\nINFO"), "{e}");
+        }
     }
 
     #[test]
