@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::content::{digest_hex, Containerd};
-use wasm_shim_core::untrusted::{extract_tar_gz, Budget, Limits, MAX_JSON_BYTES};
+use wasm_shim_core::untrusted::{extract_tar_gz, shown, Budget, Limits, MAX_JSON_BYTES};
 
 /// Where the container sees the shim's app directory (relative to its root, read-only).
 pub const APP_DIR: &str = ".spin-app";
@@ -106,7 +106,11 @@ pub async fn materialise(
         let mt = desc.media_type.as_str();
         let layer_what = what(&format!(
             "layer {i} ({})",
-            if mt.is_empty() { "no media type" } else { mt }
+            if mt.is_empty() {
+                "no media type".to_string()
+            } else {
+                shown(mt).to_string()
+            }
         ));
         if is_rootfs_layer(mt) {
             continue;
@@ -168,8 +172,12 @@ pub async fn materialise(
     let lock = spin_app_format::LockedApp::from_json(&locked)
         .with_context(|| format!("image {image}: the locked-app layer"))?;
     for d in referenced_digests(&lock) {
-        digest_hex(&d)
-            .with_context(|| format!("image {image}: the locked app references content {d:?}"))?;
+        digest_hex(&d).with_context(|| {
+            format!(
+                "image {image}: the locked app references content \"{}\"",
+                shown(&d)
+            )
+        })?;
         if !listed.contains(&d) {
             bail!(
                 "image {image}: the locked app references content {d}, which is missing from the image: its manifest lists no such layer (missing component or file layer)"

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
 use spin_app_format::locked::WASM_CONTENT_TYPE;
+use spin_app_format::untrusted::shown;
 use spin_app_format::{ContentRef, HttpExecutor, LockedApp, TriggerConfig};
 
 use super::{App, Component, Content, EventTriggers, FileMount, HttpTrigger, Trigger, Variable};
@@ -34,10 +35,12 @@ impl ContentResolver for FileUrlResolver {
     fn resolve(&self, content: &ContentRef) -> anyhow::Result<Content> {
         match (&content.source, content.file_path()) {
             (Some(_), Some(path)) => Ok(Content::Path(path)),
-            (Some(source), None) => bail!("content source `{source}` is not a file:// URL"),
+            (Some(source), None) => {
+                bail!("content source `{}` is not a file:// URL", shown(source))
+            }
             (None, _) => bail!(
                 "content {} is referenced by digest only; a content-store resolver is needed",
-                content.digest.as_deref().unwrap_or("<no digest>")
+                shown(content.digest.as_deref().unwrap_or("<no digest>"))
             ),
         }
     }
@@ -59,6 +62,37 @@ const SUPPORTED_HOST_REQUIREMENTS: &[&str] = &[spin_app_format::locked::MIDDLEWA
 /// `executor = { type = "wasip3-unstable" }` of Spin 3.x apps with a WASIp3 handler.
 const WASIP3_UNSTABLE: &str = "wasip3-unstable";
 
+/// Component ids name staging directories and compiled entries, file paths name staged
+/// files, and ids appear in every message about their trigger or component: those of
+/// both sources (a manifest's and a lock's, and the ids of components cloned for a
+/// trigger's middleware) are checked before anything is built from them or says them.
+fn check_ids(lock: &LockedApp, origin: &str) -> anyhow::Result<()> {
+    for t in &lock.triggers {
+        spin_app_format::locked::check_trigger_id(&t.id).map_err(|e| {
+            anyhow!(
+                "{origin}: trigger id `{}` ([[trigger.{}]]) is invalid: {e}",
+                shown(&t.id),
+                shown(&t.trigger_type)
+            )
+        })?;
+    }
+    for c in &lock.components {
+        if let Some(e) = spin_app_format::locked::component_id_error("component", &c.id) {
+            return Err(e.context(origin.to_string()));
+        }
+        for f in &c.files {
+            spin_app_format::locked::check_guest_path(&f.path).map_err(|e| {
+                anyhow!(
+                    "{origin}: component `{}`: file path `{}` is refused: {e}",
+                    c.id,
+                    shown(&f.path)
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn convert(
     mut lock: LockedApp,
     resolver: &dyn ContentResolver,
@@ -66,6 +100,7 @@ pub(super) fn convert(
 ) -> anyhow::Result<App> {
     // A lock written by Spin has them on the components already; this is a no-op then.
     lock.move_trigger_dependencies_to_components();
+    check_ids(&lock, origin)?;
     let unmet = lock.unmet_host_requirements(SUPPORTED_HOST_REQUIREMENTS);
     if !unmet.is_empty() {
         bail!(
@@ -90,9 +125,10 @@ pub(super) fn convert(
                 t.id
             ),
             TriggerConfig::Other { trigger_type, .. } => bail!(
-                "{origin}: trigger `{}` ([[trigger.{trigger_type}]]): trigger type `{trigger_type}` \
+                "{origin}: trigger `{}` ([[trigger.{ty}]]): trigger type `{ty}` \
                  is not supported by this runtime (supported: http, redis, mqtt, cron, command)",
-                t.id
+                t.id,
+                ty = shown(&trigger_type)
             ),
             TriggerConfig::Redis(config) => event_triggers.redis.push(Trigger { id, config }),
             TriggerConfig::Mqtt(config) => event_triggers.mqtt.push(Trigger { id, config }),
@@ -148,25 +184,29 @@ pub(super) fn convert(
                 .unwrap_or("http");
             if role != spin_app_format::locked::MIDDLEWARE_KEY || using != "http" {
                 bail!(
-                    "{origin}: {key}: {using} trigger dependencies `{role}` are not supported \
-                     (the HTTP trigger's only trigger dependency is `middleware`)"
+                    "{origin}: {key}: {} trigger dependencies `{}` are not supported \
+                     (the HTTP trigger's only trigger dependency is `middleware`)",
+                    shown(using),
+                    shown(role)
                 );
             }
             for (i, d) in deps.iter().enumerate() {
                 let name = format!(
                     "dependencies.middleware[{i}] ({})",
-                    d.source
-                        .content
-                        .source
-                        .as_deref()
-                        .or(d.source.content.digest.as_deref())
-                        .unwrap_or("inline")
+                    shown(
+                        d.source
+                            .content
+                            .source
+                            .as_deref()
+                            .or(d.source.content.digest.as_deref())
+                            .unwrap_or("inline")
+                    )
                 );
                 if d.source.content_type != WASM_CONTENT_TYPE {
                     bail!(
                         "{origin}: {key}: {name}: content type `{}` is not supported \
                          ({WASM_CONTENT_TYPE} is)",
-                        d.source.content_type
+                        shown(&d.source.content_type)
                     );
                 }
                 let source = content(&d.source.content, resolver)
@@ -181,7 +221,7 @@ pub(super) fn convert(
         if c.source.content_type != WASM_CONTENT_TYPE {
             bail!(
                 "{origin}: {key}: source content type `{}` is not supported ({WASM_CONTENT_TYPE} is)",
-                c.source.content_type
+                shown(&c.source.content_type)
             );
         }
         let source = content(&c.source.content, resolver)
@@ -189,7 +229,7 @@ pub(super) fn convert(
         let mut files = Vec::new();
         for f in &c.files {
             let data = content(&f.content, resolver)
-                .with_context(|| format!("{origin}: {key}: file `{}`", f.path))?;
+                .with_context(|| format!("{origin}: {key}: file `{}`", shown(&f.path)))?;
             let rel = f.path.trim_start_matches('/').trim_end_matches('/');
             let destination = format!("/{rel}");
             match data {

@@ -19,6 +19,7 @@ pub use locked::{ContentResolver, FileUrlResolver};
 pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
 pub use spin_app_format::manifest::template_references;
 pub use spin_app_format::trigger::StaticResponse;
+use spin_app_format::untrusted::{open_regular, shown, shown_path};
 pub use spin_app_format::ContentRef;
 /// The route of an HTTP trigger (the app format's `HttpRoute`).
 pub use spin_app_format::HttpRoute as Route;
@@ -79,12 +80,20 @@ impl std::fmt::Debug for Content {
 }
 
 impl Content {
-    /// Reads the whole content (a path must name a regular file).
+    /// Reads the whole content. A path must name a regular file: a FIFO, device or socket
+    /// is refused without being opened (opening a FIFO blocks until a writer comes).
     pub fn read(&self) -> anyhow::Result<Arc<[u8]>> {
+        use std::io::Read as _;
         match self {
-            Content::Path(p) => std::fs::read(p)
-                .map(Arc::from)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display())),
+            Content::Path(p) => {
+                let cannot = |e: &dyn std::fmt::Display| {
+                    anyhow::anyhow!("cannot read {}: {e}", shown_path(p))
+                };
+                let mut f = open_regular(p).map_err(|e| cannot(&e))?;
+                let mut out = Vec::new();
+                f.read_to_end(&mut out).map_err(|e| cannot(&e))?;
+                Ok(Arc::from(out))
+            }
             Content::Bytes(b) => Ok(b.clone()),
         }
     }
@@ -210,11 +219,10 @@ impl App {
                 })?;
             } else if !self.components.contains_key(&trigger.component) {
                 anyhow::bail!(
-                    "{origin}: http trigger `{}` names component `{}`, which is not defined \
-                     (add a [component.{}] table)",
-                    trigger.id,
-                    trigger.component,
-                    trigger.component
+                    "{origin}: http trigger `{}` names component `{c}`, which is not defined \
+                     (add a [component.{c}] table)",
+                    shown(&trigger.id),
+                    c = shown(&trigger.component),
                 );
             }
             if let Route::Path(route) = &trigger.route {
@@ -229,8 +237,10 @@ impl App {
         for (id, trigger_type, component) in self.event_triggers.components() {
             if !self.components.contains_key(component) {
                 anyhow::bail!(
-                    "{origin}: {trigger_type} trigger `{id}` names component `{component}`, which \
-                     is not defined (add a [component.{component}] table)"
+                    "{origin}: {trigger_type} trigger `{}` names component `{c}`, which \
+                     is not defined (add a [component.{c}] table)",
+                    shown(id),
+                    c = shown(component),
                 );
             }
         }

@@ -76,8 +76,13 @@ fn run(
             _ => PathBuf::from("."),
         };
         let app = if source.extension().is_some_and(|e| e == "json") {
-            let bytes = std::fs::read(source)
-                .with_context(|| format!("cannot read locked app {}", source.display()))?;
+            // Only a regular file, and no more than a locked app may be (a FIFO or a
+            // device here would hang or feed the parser forever).
+            let bytes = spin_app_format::untrusted::read_regular(
+                source,
+                spin_app_format::untrusted::MAX_DOCUMENT_BYTES,
+                "locked app",
+            )?;
             spin_runtime::App::from_locked_json(&bytes, &spin_runtime::app::FileUrlResolver)?
         } else {
             spin_runtime::App::load_manifest(source)?

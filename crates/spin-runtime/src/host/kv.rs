@@ -59,18 +59,22 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Reads a runtime config file; relative store paths resolve against its directory.
+    /// Reads a runtime config file (a regular file of at most 4 MiB); relative store
+    /// paths resolve against its directory.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read runtime config {}", path.display()))?;
+        use spin_app_format::untrusted::{read_regular, MAX_DOCUMENT_BYTES};
+        let text = String::from_utf8(read_regular(path, MAX_DOCUMENT_BYTES, "runtime config")?)
+            .with_context(|| format!("runtime config {} is not UTF-8 text", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("/"));
         Self::parse(&text, base, &path.display().to_string())
     }
 
     /// Parses runtime config text; `origin` names the source in errors.
     pub fn parse(text: &str, base_dir: &Path, origin: &str) -> anyhow::Result<Self> {
-        let doc: toml::Table =
-            toml::from_str(text).with_context(|| format!("{origin}: invalid TOML"))?;
+        let doc: toml::Table = toml::from_str(text).map_err(|e| {
+            let e = spin_app_format::untrusted::toml_error(&e, text);
+            anyhow::anyhow!("{origin}: invalid TOML: {e}")
+        })?;
         let mut config = RuntimeConfig::default();
         for (section, value) in &doc {
             match section.as_str() {
@@ -99,7 +103,8 @@ impl RuntimeConfig {
             }
             if section != "key_value_store" {
                 tracing::warn!(
-                    "{origin}: section `{section}` is not used by this runtime and is ignored"
+                    "{origin}: section `{}` is not used by this runtime and is ignored",
+                    spin_app_format::untrusted::shown(section)
                 );
                 continue;
             }
