@@ -2,9 +2,10 @@
 //! `fermyon:spin/postgres@2.0.0` on `tokio-postgres`, with Spin's type mapping (the newest
 //! version's values, converted down for the older ones exactly as Spin converts them).
 //!
-//! `open` takes a libpq connection string or URL; every host in it must be allowed by the
-//! component's `allowed_outbound_hosts` (`postgres://host:port`), else `connection-failed`
-//! ("address postgres://... is not permitted", Spin's text). Connections are plain TCP
+//! `open` takes a libpq connection string or URL; every host and every `hostaddr` in it must
+//! be allowed by the component's `allowed_outbound_hosts` (`postgres://host:port`), else
+//! `connection-failed` ("address postgres://... is not permitted", Spin's text); Unix-socket
+//! hosts are refused (see `HostState::pg_check_allowed`). Connections are plain TCP
 //! (`sslmode=disable` and `prefer` behave alike here; `require` is refused).
 
 // Errors are the WIT's `error` variant (large, as in Spin, which allows it the same way).
@@ -34,31 +35,70 @@ fn conn_failed(msg: impl Into<String>) -> v4::Error {
 }
 
 impl HostState {
-    /// Checks every host of `address` against `allowed_outbound_hosts`, as Spin does.
+    /// Checks every place `config` makes tokio-postgres connect to against
+    /// `allowed_outbound_hosts`, pairing hosts, `hostaddr`s and ports as its `connect` does:
+    /// entry `i` connects to `hostaddr[i]` when given (the host name is then only a name) and
+    /// else to `host[i]`, on `port[i]` (or the one port, or 5432). Every host and every
+    /// `hostaddr` must be allowed (Spin checks only the hosts, so `host=allowed
+    /// hostaddr=elsewhere` went elsewhere). A Unix-socket host (`host=/dir`) is refused as in
+    /// Spin, and so is a string whose hosts, addresses and ports tokio-postgres could not
+    /// pair, before anything is connected.
     fn pg_check_allowed(&self, config: &tokio_postgres::Config) -> Result<(), v4::Error> {
+        let hosts = config.get_hosts();
+        let addrs = config.get_hostaddrs();
         let ports = config.get_ports();
-        for (i, host) in config.get_hosts().iter().enumerate() {
-            match host {
-                tokio_postgres::config::Host::Tcp(name) => {
-                    let port = ports.get(i).or(if ports.len() == 1 {
-                        ports.first()
-                    } else {
-                        None
-                    });
-                    let port = port.map(|p| format!(":{p}")).unwrap_or_default();
-                    let url = format!("{name}{port}");
-                    if !self.outbound_allowed(&url, "postgres") {
-                        return Err(conn_failed(format!(
-                            "address postgres://{url} is not permitted"
-                        )));
-                    }
-                }
-                tokio_postgres::config::Host::Unix(_) => {
+        if hosts.is_empty() && addrs.is_empty() {
+            return Err(conn_failed(
+                "the connection string names no host: give host=<name> or a \
+                 postgres://<host>:<port> URL",
+            ));
+        }
+        if !hosts.is_empty() && !addrs.is_empty() && hosts.len() != addrs.len() {
+            return Err(conn_failed(format!(
+                "the connection string names {} hosts and {} hostaddrs: give one hostaddr per \
+                 host, or none",
+                hosts.len(),
+                addrs.len()
+            )));
+        }
+        let targets = hosts.len().max(addrs.len());
+        if ports.len() > 1 && ports.len() != targets {
+            return Err(conn_failed(format!(
+                "the connection string names {} ports for {targets} hosts: give one port, or \
+                 one per host",
+                ports.len()
+            )));
+        }
+        for i in 0..targets {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match hosts.get(i) {
+                Some(tokio_postgres::config::Host::Tcp(name)) => self.pg_target(name, port)?,
+                Some(tokio_postgres::config::Host::Unix(_)) => {
                     return Err(conn_failed("Unix sockets are not supported on WebAssembly"));
                 }
+                None => {}
+            }
+            if let Some(addr) = addrs.get(i) {
+                self.pg_target(&addr.to_string(), port)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the component may connect to `host` (a name or an IP address) on `port`.
+    fn pg_target(&self, host: &str, port: u16) -> Result<(), v4::Error> {
+        let authority = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        if self.outbound_allowed(&format!("postgres://{authority}"), "postgres") {
+            Ok(())
+        } else {
+            Err(conn_failed(format!(
+                "address postgres://{authority} is not permitted"
+            )))
+        }
     }
 
     /// The connection config of `address`, if the component may connect there.
