@@ -3,7 +3,10 @@
 //! `open` takes a `mysql://user:password@host:port/db` URL, allowed only when the
 //! component's `allowed_outbound_hosts` has it (`mysql://host:port`), else
 //! `connection-failed` ("address ... is not permitted", Spin's text). Connections are
-//! plain TCP: an `ssl-mode` other than `DISABLED` is refused with an error saying so.
+//! plain TCP to that host: an `ssl-mode` other than `DISABLED` is refused with an error
+//! saying so, and so are `socket=` (any Unix socket) and `prefer_socket=true`;
+//! mysql_async's default of reconnecting over the Unix socket the server names
+//! (`@@socket`) is turned off.
 
 use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::prelude::{FromValue, Queryable as _};
@@ -24,9 +27,25 @@ fn is_ssl_param(name: &str) -> bool {
     ["ssl-mode", "sslmode"].contains(&name.to_lowercase().as_str())
 }
 
-/// Connection options from the guest's URL (the `ssl-mode` parameter removed, as Spin does).
+/// Connection options from the guest's URL (the `ssl-mode` parameter removed, as Spin does),
+/// always over TCP: parameters that would connect to a Unix socket are refused.
 fn options(address: &str) -> Result<mysql_async::Opts, Error> {
     let url = url::Url::parse(address).map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+    for (k, v) in url.query_pairs() {
+        if k.eq_ignore_ascii_case("socket") {
+            return Err(Error::ConnectionFailed(
+                "the `socket` parameter (a Unix socket) is not supported on WebAssembly: \
+                 connect over TCP to a host in allowed_outbound_hosts"
+                    .into(),
+            ));
+        }
+        if k.eq_ignore_ascii_case("prefer_socket") && v != "false" {
+            return Err(Error::ConnectionFailed(format!(
+                "prefer_socket={v} (reconnecting over the Unix socket the server names) is not \
+                 supported on WebAssembly: leave the parameter out"
+            )));
+        }
+    }
     if url
         .query_pairs()
         .any(|(k, v)| is_ssl_param(&k) && !v.eq_ignore_ascii_case("disabled"))
@@ -47,8 +66,12 @@ fn options(address: &str) -> Result<mysql_async::Opts, Error> {
     if !rest.is_empty() {
         cleaned.query_pairs_mut().extend_pairs(rest);
     }
-    mysql_async::Opts::from_url(cleaned.as_str())
-        .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))
+    let opts = mysql_async::Opts::from_url(cleaned.as_str())
+        .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))?;
+    Ok(mysql_async::OptsBuilder::from_opts(opts)
+        .prefer_socket(false)
+        .socket(None::<String>)
+        .into())
 }
 
 fn to_value(p: ParameterValue) -> mysql_async::Value {
@@ -157,18 +180,33 @@ impl HostState {
             .map(|c| c.conn.clone())
             .map_err(|_| Error::ConnectionFailed("no connection found".into()))
     }
+
+    /// The options to connect to `address` with, if the component may: the address is
+    /// checked as Spin checks it, then the host and port mysql_async will connect to (its own
+    /// parse of the URL) are checked again, so the two parsers cannot disagree about where
+    /// the connection goes. A refusal is `connection-failed` (Spin's text).
+    fn mysql_options(&self, address: &str) -> Result<mysql_async::Opts, Error> {
+        let refused = || Error::ConnectionFailed(format!("address {address} is not permitted"));
+        if !self.outbound_allowed(address, "mysql") {
+            return Err(refused());
+        }
+        let opts = options(address)?;
+        let host = opts.ip_or_hostname();
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
+        if !self.outbound_allowed(&format!("mysql://{host}:{}", opts.tcp_port()), "mysql") {
+            return Err(refused());
+        }
+        Ok(opts)
+    }
 }
 
-/// Connects to `address` for the component, if its `allowed_outbound_hosts` has it (else
-/// `connection-failed`, Spin's text).
-async fn connect(allowed: bool, address: &str) -> Result<MysqlConnection, Error> {
-    if !allowed {
-        return Err(Error::ConnectionFailed(format!(
-            "address {address} is not permitted"
-        )));
-    }
-    let opts = options(address)?;
-    let conn = mysql_async::Conn::new(opts)
+/// Connects with `opts` (from [`HostState::mysql_options`]).
+async fn connect(opts: Result<mysql_async::Opts, Error>) -> Result<MysqlConnection, Error> {
+    let conn = mysql_async::Conn::new(opts?)
         .await
         .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))?;
     Ok(MysqlConnection {
@@ -244,8 +282,7 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<MysqlConnection>, Error>> {
-        let allowed = self.outbound_allowed(&address, "mysql");
-        let conn = match connect(allowed, &address).await {
+        let conn = match connect(self.mysql_options(&address)).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -309,8 +346,8 @@ mod v3 {
     );
 
     pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
-        let allowed = with_host(acc, |h| h.outbound_allowed(&address, "mysql"));
-        let conn = match super::connect(allowed, &address).await {
+        let opts = with_host(acc, |h| h.mysql_options(&address));
+        let conn = match super::connect(opts).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
