@@ -26,22 +26,18 @@ pub struct MqttConnection {
 
 impl MqttConnection {
     fn new(
-        address: &str,
+        mut options: rumqttc::MqttOptions,
         username: String,
         password: String,
         keep_alive: Duration,
-    ) -> Result<Self, Error> {
-        let mut options = rumqttc::MqttOptions::parse_url(address).map_err(|e| {
-            tracing::error!("MQTT URL `{address}` is not valid: {e:?}");
-            Error::InvalidAddress
-        })?;
+    ) -> Self {
         options.set_credentials(username, password);
         options.set_keep_alive(keep_alive);
         let (client, event_loop) = AsyncClient::new(options, CHANNEL_CAPACITY);
-        Ok(MqttConnection {
+        MqttConnection {
             client,
             event_loop: std::sync::Arc::new(Mutex::new(event_loop)),
-        })
+        }
     }
 
     async fn publish(&self, topic: String, qos: Qos, payload: Vec<u8>) -> Result<(), Error> {
@@ -72,26 +68,45 @@ impl MqttConnection {
 
 impl v2::Host for HostState {}
 
-/// Opens a connection to `address` for the component, if its `allowed_outbound_hosts` has
-/// it (else `connection-failed`, Spin's text).
+/// Opens a connection to `address` for the component, if its `allowed_outbound_hosts` has it
+/// (else `connection-failed`, Spin's text): the address is checked as Spin checks it, then
+/// the broker host and port rumqttc will connect to (its own parse of the URL) again.
 fn open(
-    allowed: bool,
+    h: &HostState,
     address: &str,
     username: String,
     password: String,
     keep_alive_interval_in_secs: u64,
 ) -> Result<MqttConnection, Error> {
-    if !allowed {
-        return Err(Error::ConnectionFailed(format!(
-            "address {address} is not permitted"
-        )));
+    let refused = || Error::ConnectionFailed(format!("address {address} is not permitted"));
+    if !h.outbound_allowed(address, "mqtt") {
+        return Err(refused());
     }
-    MqttConnection::new(
-        address,
+    let invalid = |e: &dyn std::fmt::Debug| {
+        tracing::error!(
+            "MQTT URL `{}` is not valid: {e:?}",
+            super::outbound::origin_only(address)
+        );
+        Error::InvalidAddress
+    };
+    let url = url::Url::parse(address).map_err(|e| invalid(&e))?;
+    let scheme = url.scheme().to_string();
+    let options = rumqttc::MqttOptions::try_from(url).map_err(|e| invalid(&e))?;
+    let (host, port) = options.broker_address();
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    if !h.outbound_allowed(&format!("{scheme}://{host}:{port}"), "mqtt") {
+        return Err(refused());
+    }
+    Ok(MqttConnection::new(
+        options,
         username,
         password,
         Duration::from_secs(keep_alive_interval_in_secs),
-    )
+    ))
 }
 
 impl HostState {
@@ -117,9 +132,8 @@ impl v2::HostConnection for HostState {
         password: String,
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Resource<MqttConnection>, Error>> {
-        let allowed = self.outbound_allowed(&address, "mqtt");
         let conn = match open(
-            allowed,
+            self,
             &address,
             username,
             password,
@@ -172,14 +186,7 @@ mod v3 {
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Conn, Error>> {
         Ok(with_host(acc, |h| {
-            let allowed = h.outbound_allowed(&address, "mqtt");
-            let conn = super::open(
-                allowed,
-                &address,
-                username,
-                password,
-                keep_alive_interval_in_secs,
-            )?;
+            let conn = super::open(h, &address, username, password, keep_alive_interval_in_secs)?;
             h.push_connection(conn)
                 .map_err(|_| Error::TooManyConnections)
         }))

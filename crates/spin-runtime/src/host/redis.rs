@@ -2,7 +2,8 @@
 //!
 //! `open` is allowed only to addresses in the component's `allowed_outbound_hosts`
 //! (`redis://host:port`; an address without a scheme is taken as `redis://`); a denied
-//! address is `invalid-address`, as in Spin, and the log names the entry to add.
+//! address is `invalid-address`, as in Spin, and the log names the entry to add. Unix
+//! sockets (`redis+unix://`, `unix://`) are refused.
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, FromRedisValue, Value};
@@ -51,8 +52,7 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<RedisConnection>, Error>> {
-        let allowed = self.outbound_allowed(&address, "redis");
-        let conn = match connect(allowed, &address).await {
+        let conn = match connect(self.redis_client(&address)).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -203,14 +203,46 @@ fn type_error_or_other(e: redis::RedisError) -> Error {
     }
 }
 
-/// Connects to `address` for the component, if its `allowed_outbound_hosts` has it (else
-/// `invalid-address`, as in Spin).
-async fn connect(allowed: bool, address: &str) -> Result<MultiplexedConnection, Error> {
-    if !allowed {
-        return Err(Error::InvalidAddress);
+impl HostState {
+    /// The client for `address`, if the component may connect there: the address is checked
+    /// as Spin checks it, then the host and port the redis crate will connect to (its own
+    /// parse of the URL) are checked again. A Unix socket (`redis+unix://`, `unix://`) is
+    /// refused, as PostgreSQL's are in Spin: the allow-list names network hosts only.
+    /// Refusals are `invalid-address` (Spin's), logged with the reason.
+    fn redis_client(&self, address: &str) -> Result<redis::Client, Error> {
+        if !self.outbound_allowed(address, "redis") {
+            return Err(Error::InvalidAddress);
+        }
+        let client = redis::Client::open(address).map_err(|_| Error::InvalidAddress)?;
+        match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => {
+                let host = if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host.clone()
+                };
+                if !self.outbound_allowed(&format!("redis://{host}:{port}"), "redis") {
+                    return Err(Error::InvalidAddress);
+                }
+            }
+            _ => {
+                tracing::error!(
+                    "component `{}` tried to open Redis over a Unix socket ({}): Unix sockets \
+                     are not supported on WebAssembly; use a redis://host:port address in \
+                     allowed_outbound_hosts",
+                    self.component.id,
+                    super::outbound::origin_only(address)
+                );
+                return Err(Error::InvalidAddress);
+            }
+        }
+        Ok(client)
     }
-    let client = redis::Client::open(address).map_err(|_| Error::InvalidAddress)?;
-    client
+}
+
+/// Connects with `client` (from [`HostState::redis_client`]).
+async fn connect(client: Result<redis::Client, Error>) -> Result<MultiplexedConnection, Error> {
+    client?
         .get_multiplexed_async_connection()
         .await
         .map_err(other)
@@ -284,8 +316,8 @@ mod v3 {
     }
 
     pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
-        let allowed = with_host(acc, |h| h.outbound_allowed(&address, "redis"));
-        let conn: MultiplexedConnection = match super::connect(allowed, &address).await {
+        let client = with_host(acc, |h| h.redis_client(&address));
+        let conn: MultiplexedConnection = match super::connect(client).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
