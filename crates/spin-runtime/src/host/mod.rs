@@ -164,6 +164,8 @@ pub mod bindings {
                 world: "spin-runtime:host/host",
                 imports: {
                     "fermyon:spin/redis@2.0.0": async | trappable | tracing,
+                    "fermyon:spin/sqlite@2.0.0": async | trappable | tracing,
+                    "spin:sqlite/sqlite@3.0.0": async | trappable | tracing,
                     "fermyon:spin/postgres@2.0.0": async | trappable | tracing,
                     "fermyon:spin/mysql@2.0.0": async | trappable | tracing,
                     "fermyon:spin/mqtt@2.0.0": async | trappable | tracing,

@@ -15,12 +15,32 @@
 //! Each guest `open` gets its own SQLite connection to the file (so `changes` and
 //! `last-insert-rowid` are the guest connection's own, as in Spin); an in-memory database is
 //! one connection shared by the process, or it would be empty on every open.
+//!
+//! What a guest's SQL may do (every connection, see [`authorize`]):
+//! - `ATTACH` (and `VACUUM INTO`, which attaches its output file) only a temporary (`''`) or
+//!   in-memory (`':memory:'`) database, as Spin: a file would be created or opened anywhere
+//!   the runtime can write, other components' stores included. Spin's runtime-config key
+//!   `allow_attach_file = true` in `[sqlite_database.<label>]` lifts this for that database.
+//!   A file name given as an expression (`ATTACH 'a' || 'b'`) is refused too.
+//! - no `PRAGMA` that changes process-wide state (`temp_store_directory`,
+//!   `data_store_directory`, `soft_heap_limit`, `hard_heap_limit`): they would move or
+//!   starve every other database of the process.
+//! - strings and blobs up to [`MAX_RESULT_BYTES`], statements up to [`MAX_SQL_BYTES`]
+//!   (`sqlite3_limit`).
+//!
+//! Statements run on tokio's blocking threads, at most [`MAX_CONCURRENT_STATEMENTS`] at once,
+//! never on the async workers that serve requests. A statement whose host call is abandoned
+//! (the request deadline passed, the instance was dropped, the process is shutting down) is
+//! interrupted by SQLite's progress handler within [`PROGRESS_OPS`] virtual-machine steps, so
+//! a runaway query (`WITH RECURSIVE` without end) ends with its request.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use wasmtime::component::Resource;
 
 use super::bindings::fermyon::spin2_0_0::sqlite as v2;
@@ -30,14 +50,41 @@ use super::HostState;
 /// File name of the default database inside the state directory (Spin's name).
 pub const DEFAULT_DATABASE_FILE: &str = "sqlite_db.db";
 
-/// A query result may hold at most this many bytes (Spin's `MAX_HOST_BUFFERED_BYTES`).
+/// A query result may hold at most this many bytes (Spin's `MAX_HOST_BUFFERED_BYTES`); also
+/// the largest string or blob SQLite builds (`SQLITE_LIMIT_LENGTH`), since a larger value
+/// could never be returned.
 pub const MAX_RESULT_BYTES: usize = 128 << 20;
+
+/// The longest SQL statement a guest may run (`SQLITE_LIMIT_SQL_LENGTH`; SQLite's default
+/// is 1 GB). Values belong in parameters.
+pub const MAX_SQL_BYTES: usize = 16 << 20;
+
+/// At most this many SQLite statements run at once in the process, each on a blocking
+/// thread; further calls wait (asynchronously) for one to finish.
+pub const MAX_CONCURRENT_STATEMENTS: usize = 16;
+
+/// SQLite virtual-machine steps between two checks whether the statement's host call was
+/// abandoned (`sqlite3_progress_handler`).
+pub const PROGRESS_OPS: i32 = 1000;
+
+/// `PRAGMA`s whose setting changes state shared by every connection of the process.
+const PROCESS_WIDE_PRAGMAS: &[&str] = &[
+    "temp_store_directory",
+    "data_store_directory",
+    "soft_heap_limit",
+    "hard_heap_limit",
+];
 
 /// Where a database label lives (the `[sqlite_database.<label>]` tables).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatabaseDefinition {
-    /// A database file (`None`: in memory, lost on exit).
-    Spin(Option<PathBuf>),
+    /// A local SQLite database.
+    Spin {
+        /// The database file (`None`: in memory, lost on exit).
+        path: Option<PathBuf>,
+        /// Spin's `allow_attach_file`: the guest may `ATTACH` (and `VACUUM INTO`) files.
+        allow_attach_file: bool,
+    },
 }
 
 /// Parses the `sqlite_database` section of a runtime config; relative paths resolve
@@ -71,10 +118,10 @@ pub fn parse_runtime_config(
             ),
         }
         for field in def.keys() {
-            if field != "type" && field != "path" {
+            if !["type", "path", "allow_attach_file"].contains(&field.as_str()) {
                 anyhow::bail!(
                     "{origin}: `{key}.{field}` is not a field of a \"spin\" database (it takes \
-                     only `path`)"
+                     `path` and `allow_attach_file`)"
                 );
             }
         }
@@ -87,16 +134,174 @@ pub fn parse_runtime_config(
                 ),
             ),
         };
-        out.insert(label.clone(), DatabaseDefinition::Spin(path));
+        let allow_attach_file = match def.get("allow_attach_file") {
+            None => false,
+            Some(v) => v.as_bool().with_context(|| {
+                format!("{origin}: `{key}.allow_attach_file` must be true or false")
+            })?,
+        };
+        out.insert(
+            label.clone(),
+            DatabaseDefinition::Spin {
+                path,
+                allow_attach_file,
+            },
+        );
     }
     Ok(out)
+}
+
+/// One SQLite connection with the rules above applied.
+struct Sql {
+    conn: rusqlite::Connection,
+    /// Why the authorizer refused something in the statement being prepared.
+    refused: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Sql {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sql").finish_non_exhaustive()
+    }
+}
+
+/// A connection shared by the guest handles (and, in memory, the instances) using it; a
+/// statement holds it for its whole run.
+type SharedSql = Arc<tokio::sync::Mutex<Sql>>;
+
+/// Whether the guest's SQL may do `action`; `Err` says what was refused and how to allow
+/// it where that is possible.
+fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Result<(), String> {
+    let attach_refused = |what: String| {
+        Err(format!(
+            "{what} is not allowed: a component may attach only temporary ('') and in-memory \
+             (':memory:') databases (set allow_attach_file = true in \
+             [sqlite_database.{label}] of the runtime config to let it attach files)"
+        ))
+    };
+    match action {
+        AuthAction::Attach { filename } if matches!(filename, "" | ":memory:") => Ok(()),
+        _ if allow_attach_file
+            && matches!(
+                action,
+                AuthAction::Attach { .. }
+                    | AuthAction::Unknown {
+                        code: rusqlite::ffi::SQLITE_ATTACH,
+                        ..
+                    }
+            ) =>
+        {
+            Ok(())
+        }
+        AuthAction::Attach { filename } => attach_refused(format!(
+            "ATTACH DATABASE (or VACUUM INTO) of the file {}",
+            shown(filename)
+        )),
+        AuthAction::Unknown {
+            code: rusqlite::ffi::SQLITE_ATTACH,
+            ..
+        } => attach_refused("ATTACH DATABASE with a file name computed by an expression".into()),
+        AuthAction::Pragma {
+            pragma_name,
+            pragma_value: Some(_),
+        } if PROCESS_WIDE_PRAGMAS
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(pragma_name)) =>
+        {
+            Err(format!(
+                "PRAGMA {} is not allowed: it changes state shared by every database of the \
+                 process",
+                pragma_name.to_ascii_lowercase()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A guest-chosen string for an error: quoted, escaped, at most 200 characters.
+fn shown(text: &str) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], text.len()),
+        None => format!("{text:?}"),
+    }
+}
+
+/// Opens a connection to `path` (`None`: a new in-memory database) with this module's rules.
+fn connect(path: Option<&Path>, label: &str, allow_attach_file: bool) -> rusqlite::Result<Sql> {
+    use rusqlite::limits::Limit;
+    let conn = match path {
+        Some(path) => rusqlite::Connection::open(path)?,
+        None => rusqlite::Connection::open_in_memory()?,
+    };
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, MAX_RESULT_BYTES as i32);
+    conn.set_limit(Limit::SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES as i32);
+    let refused = Arc::new(Mutex::new(None));
+    let record = refused.clone();
+    let label = label.to_string();
+    conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+        match authorize(ctx.action, &label, allow_attach_file) {
+            Ok(()) => Authorization::Allow,
+            Err(why) => {
+                *record.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                Authorization::Deny
+            }
+        }
+    }));
+    Ok(Sql { conn, refused })
+}
+
+/// The process-wide bound on statements running at once.
+fn statement_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| tokio::sync::Semaphore::new(MAX_CONCURRENT_STATEMENTS))
+}
+
+/// Sets its flag when dropped: the host call waiting for a statement was abandoned.
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs `work` on `sql` on a blocking thread (one of [`MAX_CONCURRENT_STATEMENTS`]); if this
+/// future is dropped before it finishes, the running statement is interrupted.
+async fn run_blocking<T: Send + 'static>(
+    sql: &SharedSql,
+    work: impl FnOnce(&mut Sql) -> T + Send + 'static,
+) -> Result<T, v3::Error> {
+    let slot = statement_slots()
+        .acquire()
+        .await
+        .map_err(|_| v3::Error::Io("the SQLite host is shutting down".into()))?;
+    let mut sql = sql.clone().lock_owned().await;
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let _abandon = AbandonOnDrop(abandoned.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        sql.conn.progress_handler(
+            PROGRESS_OPS,
+            Some(move || abandoned.load(Ordering::Relaxed)),
+        );
+        let out = work(&mut sql);
+        sql.conn.progress_handler(0, None::<fn() -> bool>);
+        out
+    });
+    task.await
+        .map_err(|e| v3::Error::Io(format!("the SQLite statement did not finish: {e}")))
 }
 
 /// An opened database label.
 #[derive(Debug)]
 enum Database {
-    File(PathBuf),
-    Memory(Arc<Mutex<rusqlite::Connection>>),
+    File {
+        path: PathBuf,
+        label: String,
+        allow_attach_file: bool,
+    },
+    Memory(SharedSql),
 }
 
 /// The databases a component may open, by label.
@@ -127,17 +332,22 @@ impl Databases {
         for label in labels {
             let def = match defined.get(label) {
                 Some(def) => def.clone(),
-                None if label == "default" => {
-                    DatabaseDefinition::Spin(Some(state_dir.join(DEFAULT_DATABASE_FILE)))
-                }
+                None if label == "default" => DatabaseDefinition::Spin {
+                    path: Some(state_dir.join(DEFAULT_DATABASE_FILE)),
+                    allow_attach_file: false,
+                },
                 None => anyhow::bail!(
                     "component `{component_id}` uses SQLite database `{label}` \
                      (sqlite_databases), which is not defined: add [sqlite_database.{label}] \
                      with type = \"spin\" to the runtime config, or use \"default\""
                 ),
             };
-            let db = match def {
-                DatabaseDefinition::Spin(Some(path)) => {
+            let DatabaseDefinition::Spin {
+                path,
+                allow_attach_file,
+            } = def;
+            let db = match path {
+                Some(path) => {
                     if let Some(dir) = path.parent() {
                         std::fs::create_dir_all(dir).with_context(|| {
                             format!(
@@ -150,9 +360,13 @@ impl Databases {
                     rusqlite::Connection::open(&path).with_context(|| {
                         format!("SQLite database `{label}`: cannot open {}", path.display())
                     })?;
-                    Arc::new(Database::File(path))
+                    Arc::new(Database::File {
+                        path,
+                        label: label.clone(),
+                        allow_attach_file,
+                    })
                 }
-                DatabaseDefinition::Spin(None) => {
+                None => {
                     let mut registry = memory_registry()
                         .lock()
                         .map_err(|_| anyhow::anyhow!("SQLite database registry is unusable"))?;
@@ -160,8 +374,9 @@ impl Databases {
                     match registry.get(&key) {
                         Some(db) => db.clone(),
                         None => {
-                            let conn = rusqlite::Connection::open_in_memory()?;
-                            let db = Arc::new(Database::Memory(Arc::new(Mutex::new(conn))));
+                            let sql = connect(None, label, allow_attach_file)?;
+                            let db =
+                                Arc::new(Database::Memory(Arc::new(tokio::sync::Mutex::new(sql))));
                             registry.insert(key, db.clone());
                             db
                         }
@@ -176,31 +391,33 @@ impl Databases {
 
 /// A guest's open connection (the resource behind both versions' `connection`).
 pub struct SqliteConnection {
-    conn: Arc<Mutex<rusqlite::Connection>>,
+    sql: SharedSql,
 }
 
 impl HostState {
-    fn sqlite_open(&mut self, database: &str) -> Result<SqliteConnection, v3::Error> {
-        let Some(db) = self.component.sqlite.allowed.get(database) else {
-            tracing::error!(
-                "component `{}` opened SQLite database `{database}`, which it may not use: add \
-                 sqlite_databases = [\"{database}\"] to [component.{}] in spin.toml",
-                self.component.id,
-                self.component.id
-            );
-            return Err(v3::Error::AccessDenied);
-        };
-        let conn = match &**db {
-            Database::Memory(conn) => conn.clone(),
-            Database::File(path) => {
-                let conn =
-                    rusqlite::Connection::open(path).map_err(|e| v3::Error::Io(e.to_string()))?;
-                conn.busy_timeout(std::time::Duration::from_secs(5))
-                    .map_err(|e| v3::Error::Io(e.to_string()))?;
-                Arc::new(Mutex::new(conn))
-            }
-        };
-        Ok(SqliteConnection { conn })
+    /// The database `database` if the component lists it, else `access-denied` (logged with
+    /// the fix).
+    fn sqlite_database(&self, database: &str) -> Result<Arc<Database>, v3::Error> {
+        self.component
+            .sqlite
+            .allowed
+            .get(database)
+            .cloned()
+            .ok_or_else(|| {
+                tracing::error!(
+                    "component `{}` opened SQLite database `{database}`, which it may not \
+                     use: add sqlite_databases = [\"{database}\"] to [component.{}] in \
+                     spin.toml",
+                    self.component.id,
+                    self.component.id
+                );
+                v3::Error::AccessDenied
+            })
+    }
+
+    async fn sqlite_open(&mut self, database: &str) -> Result<u32, v3::Error> {
+        let conn = open_database(self.sqlite_database(database)?).await?;
+        self.sqlite_push(conn)
     }
 
     fn sqlite_push(&mut self, conn: SqliteConnection) -> Result<u32, v3::Error> {
@@ -209,10 +426,10 @@ impl HostState {
             .map_err(|()| v3::Error::Io("too many connections opened".into()))
     }
 
-    fn sqlite_conn(&mut self, rep: u32) -> Result<Arc<Mutex<rusqlite::Connection>>, v3::Error> {
+    fn sqlite_conn(&mut self, rep: u32) -> Result<SharedSql, v3::Error> {
         self.table()
             .get(&Resource::<SqliteConnection>::new_borrow(rep))
-            .map(|c| c.conn.clone())
+            .map(|c| c.sql.clone())
             .map_err(|_| v3::Error::InvalidConnection)
     }
 
@@ -221,17 +438,64 @@ impl HostState {
     }
 }
 
-/// Runs one statement, as Spin does: every row, every column, the byte cap on the result.
-fn execute(
-    conn: &Mutex<rusqlite::Connection>,
+/// A new guest connection to `db` (a file is opened on a blocking thread; the in-memory
+/// database's one connection is shared).
+async fn open_database(db: Arc<Database>) -> Result<SqliteConnection, v3::Error> {
+    if let Database::Memory(sql) = &*db {
+        return Ok(SqliteConnection { sql: sql.clone() });
+    }
+    let opened = tokio::task::spawn_blocking(move || match &*db {
+        Database::File {
+            path,
+            label,
+            allow_attach_file,
+        } => connect(Some(path), label, *allow_attach_file),
+        Database::Memory(_) => unreachable!("returned above"),
+    })
+    .await
+    .map_err(|e| v3::Error::Io(format!("opening the database failed: {e}")))?
+    .map_err(|e| v3::Error::Io(e.to_string()))?;
+    Ok(SqliteConnection {
+        sql: Arc::new(tokio::sync::Mutex::new(opened)),
+    })
+}
+
+/// Runs one statement, as Spin does (every row, every column, the byte cap on the result),
+/// off the async workers and interrupted if the call is abandoned.
+async fn execute(
+    sql: SharedSql,
+    statement: String,
+    parameters: Vec<v3::Value>,
+) -> Result<v3::QueryResult, v3::Error> {
+    run_blocking(&sql, move |sql| {
+        sql.refused.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let result = execute_on(&sql.conn, &statement, parameters);
+        match (
+            result,
+            sql.refused.lock().unwrap_or_else(|p| p.into_inner()).take(),
+        ) {
+            (Err(_), Some(why)) => Err(v3::Error::Io(why)),
+            (result, _) => result,
+        }
+    })
+    .await?
+}
+
+/// [`execute`]'s work on the blocking thread.
+fn execute_on(
+    conn: &rusqlite::Connection,
     statement: &str,
     parameters: Vec<v3::Value>,
 ) -> Result<v3::QueryResult, v3::Error> {
     use rusqlite::types::{Value, ValueRef};
-    let io = |e: rusqlite::Error| v3::Error::Io(e.to_string());
-    let conn = conn
-        .lock()
-        .map_err(|_| v3::Error::Io("the database connection is unusable".into()))?;
+    let io = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::OperationInterrupted) => v3::Error::Io(
+            "the statement was interrupted: its request ended (deadline, or the instance \
+             stopped) while it ran"
+                .into(),
+        ),
+        _ => v3::Error::Io(e.to_string()),
+    };
     let mut stmt = conn.prepare_cached(statement).map_err(io)?;
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
     let params = parameters.into_iter().map(|p| match p {
@@ -272,43 +536,50 @@ fn execute(
     Ok(v3::QueryResult { columns, rows: out })
 }
 
+/// `last-insert-rowid` of a connection (after any statement running on it).
+async fn last_insert_rowid(sql: SharedSql) -> i64 {
+    sql.lock().await.conn.last_insert_rowid()
+}
+
+/// `changes` of a connection (after any statement running on it).
+async fn changes(sql: SharedSql) -> u64 {
+    sql.lock().await.conn.changes()
+}
+
 impl v3::Host for HostState {}
 
 impl v3::HostConnection for HostState {
-    fn open(
+    async fn open(
         &mut self,
         database: String,
     ) -> wasmtime::Result<Result<Resource<v3::Connection>, v3::Error>> {
-        Ok(self
-            .sqlite_open(&database)
-            .and_then(|c| self.sqlite_push(c))
-            .map(Resource::new_own))
+        Ok(self.sqlite_open(&database).await.map(Resource::new_own))
     }
 
-    fn execute(
+    async fn execute(
         &mut self,
         connection: Resource<v3::Connection>,
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<v3::QueryResult, v3::Error>> {
-        Ok(self
-            .sqlite_conn(connection.rep())
-            .and_then(|conn| execute(&conn, &statement, parameters)))
+        Ok(match self.sqlite_conn(connection.rep()) {
+            Ok(sql) => execute(sql, statement, parameters).await,
+            Err(e) => Err(e),
+        })
     }
 
-    fn last_insert_rowid(&mut self, connection: Resource<v3::Connection>) -> wasmtime::Result<i64> {
-        let conn = self.sqlite_conn(connection.rep())?;
-        let conn = conn.lock().map_err(|_| v3::Error::InvalidConnection)?;
-        Ok(conn.last_insert_rowid())
+    async fn last_insert_rowid(
+        &mut self,
+        connection: Resource<v3::Connection>,
+    ) -> wasmtime::Result<i64> {
+        Ok(last_insert_rowid(self.sqlite_conn(connection.rep())?).await)
     }
 
-    fn changes(&mut self, connection: Resource<v3::Connection>) -> wasmtime::Result<u64> {
-        let conn = self.sqlite_conn(connection.rep())?;
-        let conn = conn.lock().map_err(|_| v3::Error::InvalidConnection)?;
-        Ok(conn.changes())
+    async fn changes(&mut self, connection: Resource<v3::Connection>) -> wasmtime::Result<u64> {
+        Ok(changes(self.sqlite_conn(connection.rep())?).await)
     }
 
-    fn drop(&mut self, connection: Resource<v3::Connection>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, connection: Resource<v3::Connection>) -> wasmtime::Result<()> {
         self.sqlite_drop(connection.rep())
     }
 }
@@ -346,27 +617,29 @@ fn from_v2_value(v: v2::Value) -> v3::Value {
 impl v2::Host for HostState {}
 
 impl v2::HostConnection for HostState {
-    fn open(
+    async fn open(
         &mut self,
         database: String,
     ) -> wasmtime::Result<Result<Resource<v2::Connection>, v2::Error>> {
         Ok(self
             .sqlite_open(&database)
-            .and_then(|c| self.sqlite_push(c))
+            .await
             .map(Resource::new_own)
             .map_err(to_v2_error))
     }
 
-    fn execute(
+    async fn execute(
         &mut self,
         connection: Resource<v2::Connection>,
         statement: String,
         parameters: Vec<v2::Value>,
     ) -> wasmtime::Result<Result<v2::QueryResult, v2::Error>> {
         let params = parameters.into_iter().map(from_v2_value).collect();
-        Ok(self
-            .sqlite_conn(connection.rep())
-            .and_then(|conn| execute(&conn, &statement, params))
+        let result = match self.sqlite_conn(connection.rep()) {
+            Ok(sql) => execute(sql, statement, params).await,
+            Err(e) => Err(e),
+        };
+        Ok(result
             .map(|r| v2::QueryResult {
                 columns: r.columns,
                 rows: r
@@ -380,7 +653,7 @@ impl v2::HostConnection for HostState {
             .map_err(to_v2_error))
     }
 
-    fn drop(&mut self, connection: Resource<v2::Connection>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, connection: Resource<v2::Connection>) -> wasmtime::Result<()> {
         self.sqlite_drop(connection.rep())
     }
 }
@@ -390,7 +663,8 @@ impl v2::HostConnection for HostState {
 // 3.0.0's functions, plus `async func` forms of each (`open-async`, `execute-async`,
 // `last-insert-rowid-async`, `changes-async`) with the same rules and errors; the types are
 // 3.0.0's. `execute-async` returns the columns and a stream of the rows (read under the same
-// byte cap as `execute`), and a future resolving once they are all delivered.
+// byte cap as `execute`), and a future resolving once they are all delivered. The plain
+// functions block the guest (on its fiber), never the thread.
 
 mod v3_1 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
@@ -407,25 +681,25 @@ mod v3_1 {
         FutureReader<Result<(), v3::Error>>,
     );
 
-    pub(super) fn open(h: &mut HostState, database: String) -> Opened {
-        h.open(database)
+    pub(super) async fn open(h: &mut HostState, database: String) -> Opened {
+        h.open(database).await
     }
 
-    pub(super) fn execute(
+    pub(super) async fn execute(
         h: &mut HostState,
         this: Conn,
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<v3::QueryResult, v3::Error>> {
-        h.execute(this, statement, parameters)
+        h.execute(this, statement, parameters).await
     }
 
-    pub(super) fn last_insert_rowid(h: &mut HostState, this: Conn) -> wasmtime::Result<i64> {
-        h.last_insert_rowid(this)
+    pub(super) async fn last_insert_rowid(h: &mut HostState, this: Conn) -> wasmtime::Result<i64> {
+        h.last_insert_rowid(this).await
     }
 
-    pub(super) fn changes(h: &mut HostState, this: Conn) -> wasmtime::Result<u64> {
-        h.changes(this)
+    pub(super) async fn changes(h: &mut HostState, this: Conn) -> wasmtime::Result<u64> {
+        h.changes(this).await
     }
 
     pub(super) fn drop(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
@@ -433,7 +707,15 @@ mod v3_1 {
     }
 
     pub(super) async fn open_async(acc: &Accessor, database: String) -> Opened {
-        with_host(acc, |h| h.open(database))
+        let db = match with_host(acc, |h| h.sqlite_database(&database)) {
+            Ok(db) => db,
+            Err(e) => return Ok(Err(e)),
+        };
+        let conn = match super::open_database(db).await {
+            Ok(conn) => conn,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(with_host(acc, |h| h.sqlite_push(conn)).map(Resource::new_own))
     }
 
     pub(super) async fn execute_async(
@@ -442,11 +724,11 @@ mod v3_1 {
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<Rows, v3::Error>> {
-        let conn = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
-            Ok(conn) => conn,
+        let sql = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
+            Ok(sql) => sql,
             Err(e) => return Ok(Err(e)),
         };
-        match super::execute(&conn, &statement, parameters) {
+        match super::execute(sql, statement, parameters).await {
             Ok(result) => {
                 let (rows, done) = stream_and_future(acc, result.rows, Ok(()))?;
                 Ok(Ok((result.columns, rows, done)))
@@ -459,11 +741,13 @@ mod v3_1 {
         acc: &Accessor,
         this: Conn,
     ) -> wasmtime::Result<i64> {
-        with_host(acc, |h| h.last_insert_rowid(this))
+        let sql = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        Ok(super::last_insert_rowid(sql).await)
     }
 
     pub(super) async fn changes_async(acc: &Accessor, this: Conn) -> wasmtime::Result<u64> {
-        with_host(acc, |h| h.changes(this))
+        let sql = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        Ok(super::changes(sql).await)
     }
 }
 
@@ -475,13 +759,79 @@ pub(super) fn add_spin4_to_linker(
     const INTERFACE: &str = "sqlite";
     let mut inst = linker.instance("spin:sqlite/sqlite@3.1.0")?;
     host_resource!(inst, "connection", SqliteConnection, v3_1::drop);
-    sync_func!(inst, INTERFACE, "[static]connection.open", v3_1::open, (database: String));
-    sync_func!(inst, INTERFACE, "[method]connection.execute", v3_1::execute, (this: Conn, statement: String, parameters: Vec<v3::Value>));
-    sync_func!(inst, INTERFACE, "[method]connection.last-insert-rowid", v3_1::last_insert_rowid, (this: Conn));
-    sync_func!(inst, INTERFACE, "[method]connection.changes", v3_1::changes, (this: Conn));
+    blocking_func!(inst, INTERFACE, "[static]connection.open", v3_1::open, (database: String));
+    blocking_func!(inst, INTERFACE, "[method]connection.execute", v3_1::execute, (this: Conn, statement: String, parameters: Vec<v3::Value>));
+    blocking_func!(inst, INTERFACE, "[method]connection.last-insert-rowid", v3_1::last_insert_rowid, (this: Conn));
+    blocking_func!(inst, INTERFACE, "[method]connection.changes", v3_1::changes, (this: Conn));
     async_func!(inst, INTERFACE, "[static]connection.open-async", v3_1::open_async, (database: String));
     async_func!(inst, INTERFACE, "[method]connection.execute-async", v3_1::execute_async, (this: Conn, statement: String, parameters: Vec<v3::Value>));
     async_func!(inst, INTERFACE, "[method]connection.last-insert-rowid-async", v3_1::last_insert_rowid_async, (this: Conn));
     async_func!(inst, INTERFACE, "[method]connection.changes-async", v3_1::changes_async, (this: Conn));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_attach_file_is_spins_runtime_config_key() {
+        let parse = |text: &str| {
+            let value: toml::Value = toml::from_str(text).unwrap();
+            parse_runtime_config(&value, Path::new("/app"), "runtime-config.toml")
+        };
+        let defs = parse("[a]\ntype = \"spin\"\npath = \"a.db\"\nallow_attach_file = true\n[b]\ntype = \"spin\"\n")
+            .unwrap();
+        assert_eq!(
+            defs["a"],
+            DatabaseDefinition::Spin {
+                path: Some(PathBuf::from("/app/a.db")),
+                allow_attach_file: true
+            }
+        );
+        assert_eq!(
+            defs["b"],
+            DatabaseDefinition::Spin {
+                path: None,
+                allow_attach_file: false
+            }
+        );
+        let e = parse("[a]\ntype = \"spin\"\nallow_attach_file = \"yes\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`sqlite_database.a.allow_attach_file` must be true or false"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_authorizer_refuses_files_and_process_wide_pragmas() {
+        let attach = |filename| AuthAction::Attach { filename };
+        let computed = AuthAction::Unknown {
+            code: rusqlite::ffi::SQLITE_ATTACH,
+            arg1: None,
+            arg2: None,
+        };
+        let pragma = |pragma_name, pragma_value| AuthAction::Pragma {
+            pragma_name,
+            pragma_value,
+        };
+        assert!(authorize(attach(""), "db", false).is_ok());
+        assert!(authorize(attach(":memory:"), "db", false).is_ok());
+        let e = authorize(attach("/etc/x.db"), "db", false).unwrap_err();
+        assert!(
+            e.contains("\"/etc/x.db\"") && e.contains("[sqlite_database.db]"),
+            "{e}"
+        );
+        assert!(authorize(computed, "db", false).is_err());
+        assert!(authorize(attach("/etc/x.db"), "db", true).is_ok());
+        assert!(authorize(computed, "db", true).is_ok());
+        assert!(authorize(pragma("TEMP_STORE_DIRECTORY", Some("/x")), "db", true).is_err());
+        assert!(authorize(pragma("hard_heap_limit", Some("1")), "db", false).is_err());
+        assert!(authorize(pragma("temp_store_directory", None), "db", false).is_ok());
+        assert!(authorize(pragma("journal_mode", Some("wal")), "db", false).is_ok());
+        let long = "x".repeat(5000);
+        let e = authorize(attach(&long), "db", false).unwrap_err();
+        assert!(e.len() < 700 && e.contains("(5000 bytes)"), "{e}");
+    }
 }
