@@ -119,6 +119,8 @@ pub struct Limits {
     pub header_read_timeout: Option<Duration>,
     /// Keep-alive idle timeout; `None` = none.
     pub idle_timeout: Option<Duration>,
+    /// Response write timeout ([`crate::server::WRITE_TIMEOUT_ENV`]); `None` = none.
+    pub write_timeout: Option<Duration>,
     /// Connection cap.
     pub max_connections: usize,
     /// Instance reuse for WASIp3 components.
@@ -156,6 +158,7 @@ impl Default for Limits {
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             header_read_timeout: Some(DEFAULT_HEADER_READ_TIMEOUT),
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            write_timeout: Some(crate::server::DEFAULT_WRITE_TIMEOUT),
             max_connections: default_max_connections(),
             reuse: InstanceReuse::default(),
         }
@@ -185,6 +188,7 @@ impl Limits {
             request_timeout: duration(REQUEST_TIMEOUT_ENV, d.request_timeout)?,
             header_read_timeout: duration(HEADER_READ_TIMEOUT_ENV, d.header_read_timeout)?,
             idle_timeout: duration(IDLE_TIMEOUT_ENV, d.idle_timeout)?,
+            write_timeout: duration(crate::server::WRITE_TIMEOUT_ENV, d.write_timeout)?,
             max_connections: count(MAX_CONNECTIONS_ENV, "connections", 1000, d.max_connections)?,
             reuse: InstanceReuse {
                 max_requests: count(

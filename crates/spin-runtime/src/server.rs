@@ -587,6 +587,120 @@ pub(crate) async fn call_chained(
     }
 }
 
+/// Env var: how long a connection may make no progress writing its response (the client
+/// does not read, or its receive window stays closed) before it is closed. A duration (`30`,
+/// `30s`, `1500ms`, `2m`); `0` disables it.
+pub const WRITE_TIMEOUT_ENV: &str = "SPIN_SHIM_WRITE_TIMEOUT";
+/// Default write timeout: the header-read and idle timeouts' 30 s. A client reading at any
+/// pace keeps its connection; one that stops reading frees its slot after this.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+pin_project_lite::pin_project! {
+    /// A connection's socket whose writes fail with `TimedOut` once they have made no
+    /// progress for `timeout`: a client that stops reading its response would otherwise hold
+    /// the connection (and its slot under the connection cap) forever, since hyper's
+    /// header-read timeout and our idle timeout only cover reading and idle time.
+    struct WriteProgress<S> {
+        #[pin]
+        inner: S,
+        timeout: Option<Duration>,
+        // Started by the first write that could not proceed; cleared by any progress.
+        stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    }
+}
+
+impl<S> WriteProgress<S> {
+    fn new(inner: S, timeout: Option<Duration>) -> Self {
+        WriteProgress {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+}
+
+/// What a write of [`WriteProgress`] returns: `written` as it is, the stall timer cleared
+/// on progress, started (and checked) when the write is pending.
+fn write_progress(
+    written: std::task::Poll<std::io::Result<usize>>,
+    timeout: Option<Duration>,
+    stalled: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<std::io::Result<usize>> {
+    use std::task::Poll;
+    match (written, timeout) {
+        (Poll::Pending, Some(timeout)) => {
+            let timer = stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "the client stopped reading its response: nothing could be sent \
+                         for {timeout:?} (set {WRITE_TIMEOUT_ENV} to change it)"
+                    ),
+                ))),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+        (written, _) => {
+            if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+                *stalled = None;
+            }
+            written
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncWrite> tokio::io::AsyncWrite for WriteProgress<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.project();
+        let written = this.inner.poll_write(cx, buf);
+        write_progress(written, *this.timeout, this.stalled, cx)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.project();
+        let written = this.inner.poll_write_vectored(cx, bufs);
+        write_progress(written, *this.timeout, this.stalled, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.project().inner.poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.project().inner.poll_shutdown(cx)
+    }
+}
+
+impl<S: tokio::io::AsyncRead> tokio::io::AsyncRead for WriteProgress<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.project().inner.poll_read(cx, buf)
+    }
+}
+
 /// Per-connection activity, for the idle timeout.
 struct Activity {
     busy: std::sync::atomic::AtomicUsize,
@@ -623,8 +737,9 @@ impl Drop for Busy {
     }
 }
 
-/// Serves one accepted connection until it ends, is idle for `idle`, or `stop` fires
-/// (then it finishes its current request and closes).
+/// Serves one accepted connection until it ends, is idle for `idle`, makes no write
+/// progress for the write timeout ([`WriteProgress`]), or `stop` fires (then it finishes its
+/// current request and closes).
 async fn serve_connection(
     app: Arc<LoadedApp>,
     stream: tokio::net::TcpStream,
@@ -651,7 +766,10 @@ async fn serve_connection(
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(
+            TokioIo::new(WriteProgress::new(stream, limits.write_timeout)),
+            service,
+        );
     tokio::pin!(conn);
     loop {
         let idle_check = match limits.idle_timeout {
@@ -661,7 +779,13 @@ async fn serve_connection(
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
-                    tracing::debug!(%client, "connection error: {e}");
+                    let timed_out = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<std::io::Error>())
+                        .filter(|io| io.kind() == std::io::ErrorKind::TimedOut);
+                    match timed_out {
+                        Some(io) => tracing::info!(%client, "closing connection: {io}"),
+                        None => tracing::debug!(%client, "connection error: {e}"),
+                    }
                 }
                 return;
             }
@@ -686,9 +810,9 @@ async fn serve_connection(
 
 /// Serves `app` on `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `drain` for in-flight requests. At most `max_connections` connections are
-/// served at once (the rest wait in the listen backlog); each closes after its idle or
-/// header-read timeout ([`crate::limits::Limits`]). Returns when all connections are done or
-/// the bound passed (those left are dropped).
+/// served at once (the rest wait in the listen backlog); each closes after its idle,
+/// header-read or write timeout ([`crate::limits::Limits`]). Returns when all connections
+/// are done or the bound passed (those left are dropped).
 pub async fn serve(
     app: Arc<LoadedApp>,
     listener: TcpListener,
