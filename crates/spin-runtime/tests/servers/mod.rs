@@ -153,6 +153,16 @@ fn require(prog: &str, package: &str) -> String {
 
 /// `redis-server` without persistence.
 pub fn redis() -> ServerProcess {
+    redis_with(false)
+}
+
+/// `redis-server` without persistence, also listening on the Unix socket `redis.sock` in its
+/// dir.
+pub fn redis_with_unix_socket() -> ServerProcess {
+    redis_with(true)
+}
+
+fn redis_with(unix_socket: bool) -> ServerProcess {
     let bin = require("redis-server", "redis-server");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -161,6 +171,11 @@ pub fn redis() -> ServerProcess {
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
         .arg(dir.path());
+    if unix_socket {
+        cmd.arg("--unixsocket")
+            .arg(dir.path().join("redis.sock"))
+            .args(["--unixsocketperm", "700"]);
+    }
     let argv = argv_of(&cmd);
     let child = spawn("redis-server", cmd, dir.path());
     let mut s = ServerProcess {
@@ -178,6 +193,12 @@ pub fn redis() -> ServerProcess {
 /// Debian's PostgreSQL (`/usr/lib/postgresql/<version>/bin`), run as user `postgres`
 /// (PostgreSQL refuses root) with trust authentication for user `postgres` on loopback.
 pub fn postgres() -> ServerProcess {
+    postgres_on(&["127.0.0.1"])
+}
+
+/// As [`postgres`], listening on each of the loopback addresses `listen` (one port), and on
+/// its Unix socket `.s.PGSQL.<port>` in its dir.
+pub fn postgres_on(listen: &[&str]) -> ServerProcess {
     let bin_dir = std::fs::read_dir("/usr/lib/postgresql")
         .ok()
         .and_then(|entries| {
@@ -221,7 +242,8 @@ pub fn postgres() -> ServerProcess {
     let mut cmd = as_postgres(&bin_dir.join("postgres"));
     cmd.arg("-D")
         .arg(&data)
-        .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+        .args(["-p", &port.to_string(), "-c"])
+        .arg(format!("listen_addresses={}", listen.join(",")))
         .arg("-k")
         .arg(dir.path())
         .args(["-c", "fsync=off"]);
