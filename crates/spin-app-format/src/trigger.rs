@@ -302,13 +302,17 @@ impl<'de> Deserialize<'de> for HttpExecutor {
                     Some(Value::String(a)) => a,
                     Some(other) => {
                         return Err(D::Error::custom(format!(
-                            "wagi `argv` must be a string, found {other}"
+                            "wagi `argv` must be a string, found {}",
+                            shown(&other.to_string())
                         )))
                     }
                 };
                 m.remove("entrypoint");
                 if let Some(k) = m.keys().next() {
-                    return Err(D::Error::custom(format!("unknown wagi executor key `{k}`")));
+                    return Err(D::Error::custom(format!(
+                        "unknown wagi executor key `{}`",
+                        shown(k)
+                    )));
                 }
                 Ok(HttpExecutor::Wagi { argv })
             }
