@@ -309,9 +309,9 @@ fn clear_files(
 ) -> anyhow::Result<Vec<std::ffi::OsString>> {
     use std::os::unix::ffi::OsStrExt;
     let mut subdirs = Vec::new();
-    let mut entries = rustix::fs::Dir::read_from(dir)
+    let entries = rustix::fs::Dir::read_from(dir)
         .map_err(|e| anyhow::anyhow!("cannot list {}: {}", shown(), errno_text(e)))?;
-    while let Some(entry) = entries.next() {
+    for entry in entries {
         let entry =
             entry.map_err(|e| anyhow::anyhow!("cannot list {}: {}", shown(), errno_text(e)))?;
         let name = entry.file_name();
@@ -569,7 +569,7 @@ mod tests {
         std::fs::create_dir(&root).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &root.join("spin.toml"),
+            root.join("spin.toml"),
             rustix::fs::FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,
@@ -588,7 +588,7 @@ mod tests {
         if rustix::process::geteuid().is_root() {
             rustix::fs::mknodat(
                 rustix::fs::CWD,
-                &root.join("dev"),
+                root.join("dev"),
                 rustix::fs::FileType::CharacterDevice,
                 Mode::from_raw_mode(0o644),
                 rustix::fs::makedev(1, 3),

@@ -486,7 +486,8 @@ mod tests {
         assert!(e.contains("header block"), "{e}");
         use tar::EntryType::{GNULongName, Regular, XHeader};
         let bad_size = pax_record("size", b"-1\x1b");
-        let cases: [(&[(tar::EntryType, &[u8])], &str); 4] = [
+        type Members<'a> = &'a [(tar::EntryType, &'a [u8])];
+        let cases: [(Members, &str); 4] = [
             (
                 &[(GNULongName, b"a\0"), (GNULongName, b"b\0"), (Regular, b"")],
                 "two GNU long name",
