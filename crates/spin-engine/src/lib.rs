@@ -143,6 +143,7 @@ impl Engine for SpinEngine {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("Error: {e:#}");
+                wasm_shim_core::executor::report_start_failure(&format!("Spin app: {e:#}"));
                 1
             }
         }

@@ -156,7 +156,9 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Runs the workload in the container's init process and returns its exit code; the
-    /// engine reports its own errors on stderr. The process is single-threaded when this is
+    /// engine reports its own errors on stderr, and a failure to start or run the workload
+    /// also with [`crate::executor::report_start_failure`] (the container's termination
+    /// message). The process is single-threaded when this is
     /// called; before any guest code runs (and before starting a thread) the engine must
     /// confine it with [`crate::confine::Confinement::apply`].
     fn run(&self, entry: &Entrypoint) -> i32;

@@ -161,6 +161,130 @@ pub fn spec_memory_limit(spec: &Spec) -> Option<u64> {
     u64::try_from(limit).ok().filter(|l| *l > 0)
 }
 
+/// Kubelet's default `terminationMessagePath`.
+pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// The most kubelet reads from a termination-message file.
+pub const TERMINATION_MESSAGE_MAX: usize = 4096;
+
+/// The container's termination-message file, opened by [`ShimExecutor::exec`] before the
+/// engine confines the process (Landlock denies `/dev` afterwards); taken by the first
+/// [`report_start_failure`].
+static TERMINATION_LOG: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+
+/// Whether `source` is a file kubelet made for a termination message:
+/// `<kubelet root>/pods/<pod uid>/containers/<container name>/<random id>` (kubelet's
+/// `makeMounts`, `getPodContainerDir`).
+fn is_kubelet_termination_file(source: &Path) -> bool {
+    let parts: Vec<_> = source.components().collect();
+    let n = parts.len();
+    use std::path::Component::Normal;
+    n >= 5
+        && matches!(parts[n - 5], Normal(p) if p == "pods")
+        && matches!(parts[n - 4], Normal(_))
+        && matches!(parts[n - 3], Normal(p) if p == "containers")
+        && matches!(parts[n - 2], Normal(_))
+        && matches!(parts[n - 1], Normal(_))
+}
+
+/// The in-container path of the termination-message file kubelet mounted into `spec`: the
+/// mount at [`DEFAULT_TERMINATION_MESSAGE_PATH`], else a bind mount of a kubelet
+/// termination file (a pod's own `terminationMessagePath`). None outside Kubernetes.
+pub fn termination_message_path(spec: &Spec) -> Option<PathBuf> {
+    let mounts = spec.mounts().as_deref().unwrap_or_default();
+    if let Some(m) = mounts
+        .iter()
+        .find(|m| m.destination() == Path::new(DEFAULT_TERMINATION_MESSAGE_PATH))
+    {
+        return Some(m.destination().clone());
+    }
+    let is_bind = |m: &libcontainer::oci_spec::runtime::Mount| {
+        m.typ().as_deref() == Some("bind")
+            || m.options()
+                .iter()
+                .flatten()
+                .any(|o| o == "bind" || o == "rbind")
+    };
+    mounts
+        .iter()
+        .rev()
+        .find(|m| {
+            is_bind(m)
+                && m.source()
+                    .as_deref()
+                    .is_some_and(is_kubelet_termination_file)
+        })
+        .map(|m| m.destination().clone())
+}
+
+/// `msg` as a termination message: control characters other than newline and tab
+/// escaped (`\u{1b}`), cut on a character boundary to [`TERMINATION_MESSAGE_MAX`] bytes
+/// with a note that the log has the rest.
+pub fn termination_message(msg: &str) -> String {
+    const CUT: &str = " ... (cut; the container log has the whole error)";
+    let mut out = String::with_capacity(msg.len().min(TERMINATION_MESSAGE_MAX));
+    for c in msg.trim_end().chars() {
+        let piece: String = if c.is_control() && c != '\n' && c != '\t' {
+            c.escape_default().collect()
+        } else {
+            c.to_string()
+        };
+        if out.len() + piece.len() > TERMINATION_MESSAGE_MAX - CUT.len() {
+            out.push_str(CUT);
+            return out;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// Opens the termination-message file of `spec` (in-container path, so after pivot_root)
+/// for [`report_start_failure`]; a missing or unusable file is logged and ignored (the
+/// container runs regardless). Not following a symlink the image may have put there.
+fn open_termination_log(spec: &Spec) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(path) = termination_message_path(spec) else {
+        return;
+    };
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .and_then(|f| {
+            if f.metadata()?.is_file() {
+                Ok(f)
+            } else {
+                Err(std::io::Error::other("not a regular file"))
+            }
+        });
+    match opened {
+        Ok(f) => *TERMINATION_LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
+        Err(e) => eprintln!(
+            "warning: termination-message file {} cannot be opened ({e}): a start failure \
+             will be in the container log only",
+            path.display()
+        ),
+    }
+}
+
+/// Writes `msg` (bounded and escaped by [`termination_message`]) to the container's
+/// termination-message file, so that kubelet shows it as the container's termination
+/// message (`kubectl describe pod`, CRI ContainerStatus `message`). Engines call it when
+/// the workload cannot start or fails; only the first call writes. Works after the process
+/// confined itself: the file was opened before.
+pub fn report_start_failure(msg: &str) {
+    use std::os::unix::fs::FileExt;
+    let file = TERMINATION_LOG
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(f) = file {
+        if let Err(e) = f.write_all_at(termination_message(msg).as_bytes(), 0) {
+            eprintln!("warning: cannot write the termination message: {e}");
+        }
+    }
+}
+
 /// The shim's libcontainer executor (see the module docs).
 #[derive(Clone)]
 pub struct ShimExecutor {
@@ -214,10 +338,15 @@ pub fn install_termination_handlers() {
 
 impl Executor for ShimExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        let (workload, args, env) = self.workload(spec).map_err(ExecutorError::Other)?;
+        let (workload, args, env) = self.workload(spec).map_err(|e| {
+            open_termination_log(spec);
+            report_start_failure(&e);
+            ExecutorError::Other(e)
+        })?;
         let code = match workload {
             Workload::Native => return DefaultExecutor {}.exec(spec),
             Workload::Engine(i) => {
+                open_termination_log(spec);
                 let cwd = spec
                     .process()
                     .as_ref()
@@ -276,6 +405,95 @@ mod tests {
                 memory_limit: None,
             },
         )
+    }
+
+    fn spec_with_mounts(mounts: &[(&str, &str, &str, &[&str])]) -> Spec {
+        use libcontainer::oci_spec::runtime::{MountBuilder, SpecBuilder};
+        let mounts = mounts
+            .iter()
+            .map(|(typ, src, dst, opts)| {
+                MountBuilder::default()
+                    .typ(*typ)
+                    .source(*src)
+                    .destination(*dst)
+                    .options(opts.iter().map(|o| o.to_string()).collect::<Vec<_>>())
+                    .build()
+                    .unwrap()
+            })
+            .collect::<Vec<_>>();
+        SpecBuilder::default().mounts(mounts).build().unwrap()
+    }
+
+    #[test]
+    fn finds_the_termination_message_file_among_spec_mounts() {
+        let kubelet =
+            "/var/lib/kubelet/pods/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/containers/app/5f2e8a1c";
+        let proc_mount = ("proc", "proc", "/proc", &[][..]);
+        let hosts = (
+            "bind",
+            "/var/lib/kubelet/pods/0f1e/etc-hosts",
+            "/etc/hosts",
+            &["rbind", "rprivate", "rw"][..],
+        );
+        // containerd's CRI turns kubelet's mount into a bind with an empty type on 1.6.
+        let default_path = spec_with_mounts(&[
+            proc_mount,
+            hosts,
+            (
+                "",
+                kubelet,
+                "/dev/termination-log",
+                &["rbind", "rprivate", "rw"],
+            ),
+        ]);
+        assert_eq!(
+            termination_message_path(&default_path),
+            Some(PathBuf::from("/dev/termination-log"))
+        );
+        let custom = spec_with_mounts(&[
+            proc_mount,
+            hosts,
+            ("bind", kubelet, "/tmp/why", &["rbind", "rw"]),
+        ]);
+        assert_eq!(
+            termination_message_path(&custom),
+            Some(PathBuf::from("/tmp/why"))
+        );
+        let volume = spec_with_mounts(&[
+            proc_mount,
+            hosts,
+            (
+                "bind",
+                "/var/lib/kubelet/pods/0f1e/volumes/kubernetes.io~empty-dir/data",
+                "/data",
+                &["rbind", "rw"],
+            ),
+            ("tmpfs", "/pods/u/containers/a/b", "/scratch", &[]),
+        ]);
+        assert_eq!(termination_message_path(&volume), None);
+        assert_eq!(termination_message_path(&spec_with_mounts(&[])), None);
+    }
+
+    #[test]
+    fn termination_messages_are_escaped_and_bounded() {
+        assert_eq!(
+            termination_message("Spin app: variable `secret` has no value\n"),
+            "Spin app: variable `secret` has no value"
+        );
+        assert_eq!(
+            termination_message("a\x1b[31mred\r\0\tb\nc\n\n"),
+            "a\\u{1b}[31mred\\r\\u{0}\tb\nc"
+        );
+        let long = "é".repeat(3000);
+        let m = termination_message(&long);
+        assert!(m.len() <= TERMINATION_MESSAGE_MAX, "{}", m.len());
+        assert!(m.starts_with("éé") && m.ends_with("the container log has the whole error)"));
+        let ctl = "\x07".repeat(2000);
+        let m = termination_message(&ctl);
+        assert!(
+            m.len() <= TERMINATION_MESSAGE_MAX && m.starts_with("\\u{7}"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -94,6 +94,7 @@ pub fn run(
         Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {} failed: {e:?}", path.display());
+            crate::executor::report_start_failure(&format!("{} failed: {e:#}", path.display()));
             TRAP_EXIT_CODE
         }
     }
