@@ -179,7 +179,9 @@ fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Re
         ))
     };
     match action {
-        AuthAction::Attach { filename } if matches!(filename, "" | ":memory:") => Ok(()),
+        AuthAction::Attach {
+            filename: "" | ":memory:",
+        } => Ok(()),
         _ if allow_attach_file
             && matches!(
                 action,
