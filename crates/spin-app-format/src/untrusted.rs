@@ -210,22 +210,25 @@ pub fn file_kind(t: std::fs::FileType) -> &'static str {
 /// comes) or a device (whose open acts on it) is never opened; the reopen goes through
 /// `/proc/self/fd`.
 pub fn reopen_regular(opath: OwnedFd) -> Result<File, OpenError> {
-    reopen(File::from(opath), None)
+    reopen(File::from(opath), Path::new(PROC_FDS), None)
 }
 
+/// Where a process's descriptors can be opened again by number.
+const PROC_FDS: &str = "/proc/self/fd";
+
 /// Opens `path` (links followed) for reading if it is a regular file, never opening a
-/// FIFO, device or socket (see [`reopen_regular`]). Where no procfs is mounted the path is
-/// opened again non-blocking (a FIFO put there meanwhile cannot hold it up) and must be
-/// the file inspected.
+/// FIFO, device or socket (see [`reopen_regular`]). Where `/proc/self/fd` cannot be used
+/// (no procfs, or a Landlock domain without it) the path is opened again non-blocking (a
+/// FIFO put there meanwhile cannot hold it up) and must be the file inspected.
 pub fn open_regular(path: &Path) -> Result<File, OpenError> {
     let probe = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(path)?;
-    reopen(probe, Some(path))
+    reopen(probe, Path::new(PROC_FDS), Some(path))
 }
 
-fn reopen(probe: File, fallback: Option<&Path>) -> Result<File, OpenError> {
+fn reopen(probe: File, proc_fds: &Path, fallback: Option<&Path>) -> Result<File, OpenError> {
     let md = probe.metadata()?;
     if !md.file_type().is_file() {
         return Err(OpenError::NotRegular(file_kind(md.file_type())));
@@ -237,11 +240,12 @@ fn reopen(probe: File, fallback: Option<&Path>) -> Result<File, OpenError> {
             .open(p)
     };
     let f = match (
-        open(Path::new(&format!("/proc/self/fd/{}", probe.as_raw_fd()))),
+        open(&proc_fds.join(probe.as_raw_fd().to_string())),
         fallback,
     ) {
         (Ok(f), _) => f,
-        (Err(e), Some(path)) if e.kind() == std::io::ErrorKind::NotFound => open(path)?,
+        // No procfs, or one the process may not use (a Landlock domain without /proc).
+        (Err(_), Some(path)) => open(path)?,
         (Err(e), _) => return Err(e.into()),
     };
     let now = f.metadata()?;
@@ -366,5 +370,25 @@ mod tests {
         // A link to a FIFO is followed, and refused.
         std::os::unix::fs::symlink(&fifo, t.path().join("link")).unwrap();
         assert!(open_regular(&t.path().join("link")).is_err());
+        // Without a usable /proc the path is opened again, and must be the file inspected.
+        let opath = |p: &Path| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(p)
+                .unwrap()
+        };
+        let no_proc = Path::new("/nonexistent-proc");
+        let mut f = reopen(opath(&file), no_proc, Some(&file)).unwrap();
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "data");
+        let other = t.path().join("other");
+        std::fs::write(&other, b"other").unwrap();
+        let e = reopen(opath(&file), no_proc, Some(&other))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replaced"), "{e}");
+        assert!(reopen(opath(&file), no_proc, None).is_err());
     }
 }
