@@ -10,13 +10,19 @@
 //! runtime and the image loader both use this module.
 //!
 //! Trust: loading an entry runs its native code, so an entry must only ever have been
-//! written by this code, never by a workload. On a node the shim compiles with
-//! [`CompileCache::precompile`] into a root-only directory before a container starts and
-//! gives each container a read-only view of exactly its own entries; inside the container
-//! the cache is opened read-only ([`READONLY_ENV`]) and a miss compiles in memory only.
+//! written by this code, never by a workload. On a node the shim writes entries into a
+//! root-only directory before a container starts ([`EntryWriter`], [`Reservation`]): it
+//! names each entry by the digest of the bytes it handed to its compile helper and copies
+//! the helper's output in itself; each container gets a read-only view of exactly its own
+//! entries; inside the container the cache is opened read-only ([`READONLY_ENV`]) and a
+//! miss compiles in memory only.
+//!
+//! Component bytes are untrusted: [`compile_component`] accepts only the binary format
+//! (`\0asm`), never wasmtime's text-format fallback, which parses any other bytes as WAT
+//! and can echo them into its error.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -65,9 +71,10 @@ pub fn entry_state(path: &Path) -> EntryState {
 /// An entry the shim has promised a container before compiling it: a file in the cache
 /// directory (named `.tmp-...`, so pruning removes it if the shim dies first) created empty
 /// with mode 0, which the container binds at the entry's name and sees as
-/// [`EntryState::Pending`]. [`Reservation::fill`] writes the compiled bytes into that same
-/// file, then makes it readable and links it under the entry's name; a reservation dropped
-/// unfilled is made readable empty (the container stops waiting) and removed.
+/// [`EntryState::Pending`]. [`Reservation::fill`] (or [`Reservation::writer`] then
+/// [`Reservation::publish`]) writes the compiled bytes into that same file, then makes it
+/// readable and links it under the entry's name; a reservation dropped unpublished is
+/// emptied, made readable (the container stops waiting) and removed.
 #[derive(Debug)]
 pub struct Reservation {
     file: PathBuf,
@@ -89,17 +96,38 @@ impl Reservation {
     /// Compiles `wasm` on `engine` (the engine the reservation was made for, or one with
     /// its compatibility hash) into the reserved file and publishes it under the entry's
     /// name. Blocking.
-    pub fn fill(mut self, engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<PathBuf> {
+    pub fn fill(self, engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<PathBuf> {
         let component = compile_component(engine, wasm, name)?;
         let bytes = component.serialize().map_err(anyhow::Error::from)?;
         drop(component);
-        let mut f = std::fs::File::options()
-            .write(true)
-            .open(&self.file)
-            .with_context(|| format!("open {}", self.file.display()))?;
+        let mut f = self.writer()?;
         f.write_all(&bytes)
-            .and_then(|()| f.sync_all())
             .with_context(|| format!("write {}", self.file.display()))?;
+        self.publish()
+    }
+
+    /// The reserved file, emptied and open for writing the compiled bytes (then
+    /// [`Reservation::publish`]).
+    pub fn writer(&self) -> anyhow::Result<std::fs::File> {
+        std::fs::File::options()
+            .write(true)
+            .truncate(true)
+            .open(&self.file)
+            .with_context(|| format!("open {}", self.file.display()))
+    }
+
+    /// Makes the bytes written through [`Reservation::writer`] durable and readable and
+    /// links them under the entry's name; returns the entry's path.
+    pub fn publish(mut self) -> anyhow::Result<PathBuf> {
+        let f = std::fs::File::open(&self.file)
+            .with_context(|| format!("open {}", self.file.display()))?;
+        anyhow::ensure!(
+            f.metadata()?.len() > 0,
+            "nothing was written to {}",
+            self.file.display()
+        );
+        f.sync_all()
+            .with_context(|| format!("sync {}", self.file.display()))?;
         f.set_permissions(std::fs::Permissions::from_mode(0o444))
             .with_context(|| format!("chmod {}", self.file.display()))?;
         self.done = true;
@@ -118,6 +146,11 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if !self.done {
+            // A partial write must not look like an entry to the container that bound it.
+            let _ = std::fs::File::options()
+                .write(true)
+                .open(&self.file)
+                .and_then(|f| f.set_len(0));
             let _ = std::fs::set_permissions(&self.file, std::fs::Permissions::from_mode(0o444));
             let _ = std::fs::remove_file(&self.file);
         }
@@ -200,16 +233,19 @@ impl CompileCache {
     /// ships them, so for a wasip1 core module (made a component with the preview1
     /// adapter, form `p1-reactor`) a hit skips the conversion too.
     pub fn entry_name(engine: &Engine, wasm: &[u8]) -> String {
-        let form = if crate::componentize::is_core_module(wasm) {
-            "-p1-reactor"
-        } else {
-            ""
-        };
-        format!(
-            "{}{form}-{}.cwasm",
-            component_digest(wasm),
-            &engine_key(engine)[..16]
+        Self::entry_name_for(
+            engine,
+            &component_digest(wasm),
+            crate::componentize::is_core_module(wasm),
         )
+    }
+
+    /// [`CompileCache::entry_name`] from the bytes' hex sha256 and whether they are a core
+    /// module ([`crate::componentize::is_core_module`] of their first 8 bytes), for a
+    /// caller that hashed them as it streamed them.
+    pub fn entry_name_for(engine: &Engine, digest_hex: &str, core_module: bool) -> String {
+        let form = if core_module { "-p1-reactor" } else { "" };
+        format!("{digest_hex}{form}-{}.cwasm", &engine_key(engine)[..16])
     }
 
     /// Compiles `wasm` for the runtime's engine configuration (without its instance pool,
@@ -234,11 +270,7 @@ impl CompileCache {
         );
         let path = self.entry_path(engine, wasm);
         if entry_state(&path) == EntryState::Ready {
-            // Touch it: eviction removes the least recently used entries first.
-            let _ = std::fs::File::options()
-                .write(true)
-                .open(&path)
-                .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+            Self::touch(&path);
             return Ok((path, Outcome::Hit));
         }
         let component = compile_component(engine, wasm, name)?;
@@ -248,13 +280,17 @@ impl CompileCache {
 
     /// Reserves the entry of `wasm` for `engine` ([`Reservation`]), to be compiled later.
     pub fn reserve(&self, engine: &Engine, wasm: &[u8]) -> anyhow::Result<Reservation> {
+        self.reserve_entry(self.entry_path(engine, wasm))
+    }
+
+    /// Reserves the entry at `entry` (a path of this cache, [`CompileCache::entry_path`]).
+    pub fn reserve_entry(&self, entry: PathBuf) -> anyhow::Result<Reservation> {
         anyhow::ensure!(
             !self.read_only,
             "compile cache {} is read-only",
             self.dir.display()
         );
         create_private_dir(&self.dir)?;
-        let entry = self.entry_path(engine, wasm);
         let file = self.temp_path("reserved-", &entry);
         std::fs::File::options()
             .write(true)
@@ -277,6 +313,63 @@ impl CompileCache {
     /// The file an entry for these bytes and engine lives in.
     pub fn entry_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
         self.dir.join(Self::entry_name(engine, wasm))
+    }
+
+    /// The file the entry named by [`CompileCache::entry_name_for`] lives in.
+    pub fn entry_path_for(&self, engine: &Engine, digest_hex: &str, core_module: bool) -> PathBuf {
+        self.dir
+            .join(Self::entry_name_for(engine, digest_hex, core_module))
+    }
+
+    /// Marks the entry at `path` as just used (eviction removes the least recently used
+    /// entries first).
+    pub fn touch(path: &Path) {
+        let _ = std::fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    }
+
+    /// A private temporary file for the entry at `entry` (a path of this cache): bytes
+    /// written to it become the entry on [`EntryWriter::commit`], never before; dropped
+    /// uncommitted, it is removed.
+    pub fn entry_writer(&self, entry: &Path) -> anyhow::Result<EntryWriter> {
+        anyhow::ensure!(
+            !self.read_only,
+            "compile cache {} is read-only",
+            self.dir.display()
+        );
+        create_private_dir(&self.dir)?;
+        let tmp = self.temp_path("", entry);
+        let file = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("create {}", tmp.display()))?;
+        Ok(EntryWriter {
+            tmp,
+            file,
+            entry: entry.to_path_buf(),
+            done: false,
+        })
+    }
+
+    /// An anonymous file in the cache directory (created and unlinked at once, so nothing
+    /// is left whatever happens), open for reading and writing: a private copy of bytes a
+    /// container could still change, for a compile helper to read.
+    pub fn scratch_file(&self, what: &str) -> anyhow::Result<std::fs::File> {
+        create_private_dir(&self.dir)?;
+        let tmp = self.temp_path("scratch-", Path::new(what));
+        let file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("create {}", tmp.display()))?;
+        let _ = std::fs::remove_file(&tmp);
+        Ok(file)
     }
 
     /// Loads the compiled component for `wasm` from the cache, or compiles it and stores
@@ -334,36 +427,115 @@ impl CompileCache {
 
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
         let bytes = component.serialize().map_err(anyhow::Error::from)?;
-        create_private_dir(&self.dir)?;
-        let tmp = self.temp_path("", path);
-        let result = (|| {
-            let mut f = std::fs::File::options()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.with_context(|| format!("write {}", path.display()))
+        let mut w = self.entry_writer(path)?;
+        w.write_all(&bytes)
+            .with_context(|| format!("write {}", path.display()))?;
+        w.commit()?;
+        Ok(())
     }
 }
 
+/// A cache entry being written ([`CompileCache::entry_writer`]).
+#[derive(Debug)]
+pub struct EntryWriter {
+    tmp: PathBuf,
+    file: std::fs::File,
+    entry: PathBuf,
+    done: bool,
+}
+
+impl EntryWriter {
+    /// Bytes written so far.
+    pub fn written(&mut self) -> std::io::Result<u64> {
+        self.file.stream_position()
+    }
+
+    /// Makes the written bytes durable and readable and renames them to the entry's name
+    /// (an entry already there is replaced: same key, same bytes); returns its path.
+    pub fn commit(mut self) -> anyhow::Result<PathBuf> {
+        anyhow::ensure!(
+            self.written()? > 0,
+            "nothing was written for {}",
+            self.entry.display()
+        );
+        self.file
+            .sync_all()
+            .and_then(|()| {
+                self.file
+                    .set_permissions(std::fs::Permissions::from_mode(0o644))
+            })
+            .and_then(|()| std::fs::rename(&self.tmp, &self.entry))
+            .with_context(|| format!("write {}", self.entry.display()))?;
+        self.done = true;
+        Ok(self.entry.clone())
+    }
+}
+
+impl Write for EntryWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for EntryWriter {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Refuses bytes that are not a Wasm binary (no `\0asm` magic) with a short error naming
+/// `name` that never quotes them: wasmtime would otherwise try them as the text format.
+pub fn ensure_binary(wasm: &[u8], name: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        is_binary(wasm),
+        "component `{name}` is not a Wasm binary: it does not start with the `\\0asm` magic \
+         (text-format .wat and other files are refused); build it to a .wasm binary"
+    );
+    Ok(())
+}
+
+/// Whether `head` (a file's first bytes) starts with the Wasm binary magic `\0asm`.
+pub fn is_binary(head: &[u8]) -> bool {
+    head.starts_with(b"\0asm")
+}
+
 /// Compiles a component, or a wasip1 core module made a component with the preview1
-/// adapter (as Spin does at load). `name` names it in errors.
+/// adapter (as Spin does at load). `name` names it in errors. Only the binary format is
+/// accepted ([`ensure_binary`]).
 pub fn compile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<Component> {
-    let converted;
-    let bytes = if crate::componentize::is_core_module(wasm) {
+    let bytes = as_component(wasm, name)?;
+    Component::from_binary(engine, &bytes)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("component `{name}` is not a valid Wasm component"))
+}
+
+/// What [`compile_component`] compiles, serialized as a cache entry holds it, without
+/// loading the code into executable memory (so without a second copy of it besides the
+/// serialized one): for a process that only writes entries.
+pub fn precompile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Result<Vec<u8>> {
+    let bytes = as_component(wasm, name)?;
+    engine
+        .precompile_component(&bytes)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("component `{name}` is not a valid Wasm component"))
+}
+
+/// `wasm` as the component the runtime compiles: a binary component as it is, a wasip1 core
+/// module made a component with the preview1 adapter, a WASIp3 snapshot component
+/// retargeted to the release; refused unless it is a Wasm binary ([`ensure_binary`]).
+fn as_component<'a>(wasm: &'a [u8], name: &str) -> anyhow::Result<std::borrow::Cow<'a, [u8]>> {
+    ensure_binary(wasm, name)?;
+    Ok(if crate::componentize::is_core_module(wasm) {
         tracing::info!(
             component = name,
             "core module (wasip1): componentizing with the preview1 adapter"
         );
-        converted = crate::componentize::componentize(wasm, name)?;
-        &converted[..]
+        crate::componentize::componentize(wasm, name)?.into()
     } else if crate::p3::mentions_rc_snapshot(wasm) {
         tracing::info!(
             component = name,
@@ -371,15 +543,12 @@ pub fn compile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow::Re
             crate::p3::RC_SNAPSHOT,
             crate::p3::RELEASE
         );
-        converted = crate::p3::retarget_snapshot(wasm)
-            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?;
-        &converted[..]
+        crate::p3::retarget_snapshot(wasm)
+            .with_context(|| format!("component `{name}` is not a valid Wasm component"))?
+            .into()
     } else {
-        wasm
-    };
-    Component::new(engine, bytes)
-        .map_err(anyhow::Error::from)
-        .with_context(|| format!("component `{name}` is not a valid Wasm component"))
+        wasm.into()
+    })
 }
 
 /// The engine the shim compiles with: the runtime's configuration without instance
@@ -404,6 +573,21 @@ pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
         .map_err(anyhow::Error::from)
         .context("cannot create the baseline (Winch) engine")?;
     Ok(ENGINE.get_or_init(|| e))
+}
+
+/// A new engine that compiles entries [`compile_engine`] (or, `winch`,
+/// [`baseline_compile_engine`]) loads (the same compatibility hash), on the calling thread
+/// only unless `parallel`: one compilation holds fewer functions in flight, so less memory.
+pub fn entry_compile_engine(winch: bool, parallel: bool) -> anyhow::Result<Engine> {
+    let mut config = if winch {
+        crate::tier::baseline_config()
+    } else {
+        crate::runtime::engine_config()
+    };
+    config.parallel_compilation(parallel);
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("cannot create the compile engine")
 }
 
 /// Creates `dir` (and parents) and makes it `0700`, so only its owner (root, on a node)
@@ -464,6 +648,74 @@ mod tests {
         assert!(ro.precompile(&wasm, "hello").is_err());
         let e = cache.precompile(b"\0asm junk", "bad").unwrap_err();
         assert!(format!("{e:#}").contains("component `bad`"), "{e:#}");
+    }
+
+    #[test]
+    fn only_binaries_compile_and_text_is_never_quoted() {
+        let engine = compile_engine().unwrap();
+        // Valid text format: wasmtime's fallback would compile it.
+        let e = compile_component(engine, HELLO.as_bytes(), "t").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("not a Wasm binary") && !e.contains("i32.const"),
+            "{e}"
+        );
+        let unknown = format!(
+            "(component (core module (func (call ${}))))",
+            "X".repeat(100_000)
+        );
+        let e = format!(
+            "{:#}",
+            precompile_component(engine, unknown.as_bytes(), "t").unwrap_err()
+        );
+        assert!(e.len() < 300 && !e.contains("XXXX"), "{e}");
+        assert!(ensure_binary(b"", "t").is_err() && ensure_binary(b"\0as", "t").is_err());
+        // The serialized form loads like a compiled component's.
+        let wasm = wat::parse_str(HELLO).unwrap();
+        let bytes = precompile_component(engine, &wasm, "hello").unwrap();
+        // SAFETY: bytes this engine just serialized.
+        unsafe { Component::deserialize(engine, &bytes) }.unwrap();
+    }
+
+    #[test]
+    fn entry_engines_write_what_the_runtime_loads() {
+        let key = |winch, parallel| engine_key(&entry_compile_engine(winch, parallel).unwrap());
+        let main = engine_key(compile_engine().unwrap());
+        let base = engine_key(baseline_compile_engine().unwrap());
+        assert_eq!(key(false, true), main);
+        assert_eq!(key(false, false), main);
+        assert_eq!(key(true, true), base);
+        assert_eq!(key(true, false), base);
+    }
+
+    #[test]
+    fn entries_appear_only_when_committed_or_published() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(d.path().join("cache"));
+        let entry = cache.dir().join("e.cwasm");
+        let mut w = cache.entry_writer(&entry).unwrap();
+        w.write_all(b"partial").unwrap();
+        assert_eq!(entry_state(&entry), EntryState::Missing);
+        drop(w);
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
+        let w = cache.entry_writer(&entry).unwrap();
+        assert!(w.commit().is_err(), "an empty entry was committed");
+        let mut w = cache.entry_writer(&entry).unwrap();
+        w.write_all(b"code").unwrap();
+        assert_eq!(w.commit().unwrap(), entry);
+        assert_eq!(std::fs::read(&entry).unwrap(), b"code");
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 1);
+        // A reservation written in part and dropped is empty for the container that bound it.
+        let r = cache.reserve_entry(cache.dir().join("r.cwasm")).unwrap();
+        let bound = std::fs::File::open(r.file()).unwrap();
+        r.writer().unwrap().write_all(b"half").unwrap();
+        drop(r);
+        assert_eq!(bound.metadata().unwrap().len(), 0);
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 1);
+        // Scratch files leave nothing.
+        let mut f = cache.scratch_file("x").unwrap();
+        f.write_all(b"x").unwrap();
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 1);
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //!
 //! Components that event triggers (Redis, MQTT, cron, command) run are always compiled
 //! with Cranelift before serving: their trigger loops hold on to the code they started
-//! with. In a container the cache is read-only and the shim compiles, outside the pod's
-//! memory limit: for such a component it compiles the baseline code before the container
-//! starts and reserves the Cranelift entry ([`crate::compile_cache::Reservation`]), which
-//! it fills while the container serves; the container's background thread waits for the
-//! entry to become readable and swaps it in. A read-only cache with no reservation has no
+//! with. In a container the cache is read-only and the shim compiles, in unprivileged
+//! helper processes placed in the container's cgroup (the pod's limits apply to them): for
+//! such a component it compiles the baseline code before the container starts and reserves
+//! the Cranelift entry ([`crate::compile_cache::Reservation`]), which it fills while the
+//! container serves; the container's background thread waits for the entry to become
+//! readable and swaps it in (an empty entry, when that compilation failed or hit the pod's
+//! limits, leaves it on the baseline code). A read-only cache with no reservation has no
 //! tiering: a miss compiles with Cranelift in memory.
 
 use std::sync::{Arc, OnceLock, Weak};
