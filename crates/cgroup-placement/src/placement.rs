@@ -261,6 +261,53 @@ impl Placement {
         Ok(())
     }
 
+    /// Creates the container's cgroup ([`Placement::create`]) and applies the memory, CPU
+    /// and pids settings of `resources` to it now, so that processes the shim places there
+    /// before the container exists (helpers working on the image's content) are held by the
+    /// container's limits; youki applies every setting again when it creates the container.
+    /// On unified hosts the controllers are enabled down the path as youki enables them.
+    /// Returns false, doing nothing, for the systemd driver: its scope exists only once
+    /// youki starts the unit with the container's process.
+    pub fn create_with_limits(
+        &self,
+        host: &Host,
+        resources: Option<&oci_spec::runtime::LinuxResources>,
+    ) -> anyhow::Result<bool> {
+        if self.driver == Driver::Systemd {
+            return Ok(false);
+        }
+        self.create()?;
+        if self.layout == CgroupLayout::Unified {
+            self.enable_unified_controllers(host);
+        }
+        let Some(resources) = resources else {
+            return Ok(true);
+        };
+        let mut limits = oci_spec::runtime::LinuxResources::default();
+        limits.set_memory(*resources.memory());
+        limits.set_cpu(resources.cpu().clone());
+        limits.set_pids(*resources.pids());
+        self.update_resources(host, &limits)
+            .with_context(|| format!("applying the limits of cgroup {}", self.rel().display()))?;
+        Ok(true)
+    }
+
+    /// Enables the host's controllers in `cgroup.subtree_control` of every level above the
+    /// container's unified cgroup (best effort, as youki does for a cgroup it creates).
+    fn enable_unified_controllers(&self, host: &Host) {
+        let Some(root) = self.unified.as_ref() else {
+            return;
+        };
+        let controllers = host.available_v2_controllers();
+        let mut dir = root.clone();
+        for component in self.rel().components() {
+            for c in &controllers {
+                let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}"));
+            }
+            dir.push(component);
+        }
+    }
+
     /// Joins `pid` to every hierarchy youki's cgroup manager does not manage: the named v1
     /// hierarchies (`name=systemd`), v1 controllers youki does not know or cannot find, and
     /// the unified hierarchy on hybrid hosts. Idempotent. Nothing to do for the systemd

@@ -118,6 +118,10 @@ pub struct Prepare<'a> {
     /// The container's shim-owned state directory (root only, removed on delete): where an
     /// engine keeps what it materialises for the container.
     pub state_root: &'a Path,
+    /// Where the container's cgroups are. They exist already, with the container's
+    /// memory, CPU and pids limits (except under the systemd driver, whose scope youki
+    /// starts with the container): helpers an engine runs on the image's content join them.
+    pub placement: &'a cgroup_placement::Placement,
     /// The spec youki will read (saved by the shim after every engine prepared).
     pub spec: &'a mut Spec,
     /// containerd's gRPC address (the shim's `-address`), empty if containerd gave none.

@@ -1,6 +1,7 @@
 //! Create's work: config.json loaded once, the placement decision (cgroup-placement, from
-//! the spec and the runtime options), the rootfs mount, the engines' preparation, one save
-//! of the rewritten config.json, and the zygote request.
+//! the spec and the runtime options), the rootfs mount, the container's cgroups with their
+//! limits, the engines' preparation (whose helpers run in those cgroups), one save of the
+//! rewritten config.json, and the zygote request.
 
 use super::*;
 
@@ -63,14 +64,26 @@ impl Service {
             }
             std::fs::create_dir_all(&persisted.state_root)?;
             persisted.save(&bundle)?;
-            self.prepare_engines(&req.id, &bundle, &persisted.state_root, &mut spec)
-                .await?;
+            // The container's directories in every hierarchy exist, with its memory, CPU and
+            // pids limits, before an engine reads the image: engines run their work on
+            // untrusted content (compiling) in helpers placed there, held by the pod's
+            // limits. They also exist before the container's init mounts them (the spec's
+            // cgroup mount binds them on v1 hosts).
+            let resources = spec.linux().as_ref().and_then(|l| l.resources().clone());
+            persisted
+                .placement
+                .create_with_limits(&self.inner.host, resources.as_ref())?;
+            self.prepare_engines(
+                &req.id,
+                &bundle,
+                &persisted.state_root,
+                &persisted.placement,
+                &mut spec,
+            )
+            .await?;
             // The one write of config.json per Create: placement and engines' changes.
             spec.save(bundle.join("config.json"))
                 .map_err(|e| anyhow::anyhow!("writing {}/config.json: {e}", bundle.display()))?;
-            // The container's directories in every hierarchy exist before its init mounts
-            // them (the spec's cgroup mount binds them on v1 hosts).
-            persisted.placement.create()?;
             let zreq = zygote::CreateRequest {
                 bundle: bundle.clone(),
                 state_root: persisted.state_root.clone(),
@@ -136,6 +149,7 @@ impl Service {
         id: &str,
         bundle: &Path,
         state_root: &Path,
+        placement: &cgroup_placement::Placement,
         spec: &mut libcontainer::oci_spec::runtime::Spec,
     ) -> anyhow::Result<()> {
         let root = spec
@@ -155,6 +169,7 @@ impl Service {
                 bundle,
                 rootfs: &rootfs,
                 state_root,
+                placement,
                 spec: &mut *spec,
                 containerd_address: &address,
             };
