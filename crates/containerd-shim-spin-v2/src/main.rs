@@ -1,7 +1,8 @@
 //! `containerd-shim-spin-v2`: the containerd shim for runtime type `io.containerd.spin.v2`.
 //! The shim lives in `wasm-shim-core`, Spin in `spin-engine`; this binary joins them.
 //! `containerd-shim-spin-v2 doctor` inspects the node instead (see `node-doctor`);
-//! `containerd-shim-spin-v2 --version` prints the build (see `version`).
+//! `containerd-shim-spin-v2 --version` prints the build (see `version`);
+//! `--compile-helper` is the shim's own compile helper (see `spin_engine::compile_helper`).
 
 use std::path::PathBuf;
 
@@ -76,6 +77,13 @@ fn doctor(args: &[String]) -> i32 {
 }
 
 fn main() {
+    // First: the compile helper confines itself before it does anything else.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == spin_engine::compile_helper::HELPER_ARG)
+    {
+        spin_engine::compile_helper::helper_main();
+    }
     spin_engine::quiet_library_backtraces();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("doctor") {

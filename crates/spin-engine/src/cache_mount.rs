@@ -1,9 +1,12 @@
 //! The node's compiled-component cache, and what each Spin container sees of it.
 //!
 //! Loading a compiled component runs its native code, so entries are written only by the
-//! shim, never by a workload: before a Spin container starts, the shim (outside the
-//! container and its memory limit) compiles every component of the app ([`crate::precompile`]) into the host directory (default [`DEFAULT_DIR`], override
-//! [`DIR_ENV`] in the shim's environment), which it keeps `0700` root. The container gets
+//! shim, never by a workload: before a Spin container starts, the shim compiles every
+//! component of the app ([`crate::precompile`]) in helper processes held by the
+//! container's cgroup limits ([`crate::compile_helper`]) and writes their output into the
+//! host directory (default [`DEFAULT_DIR`], override [`DIR_ENV`] in the shim's
+//! environment), which it keeps `0700` root, under the digest of the bytes it handed to
+//! the helper. The container gets
 //! no view of that directory: each of its own entries is bind-mounted read-only at
 //! `/.spin-app/compiled/<entry>`, and its environment says [`DIR_ENV`]`=`[`CONTAINER_DIR`]
 //! with the cache read-only, so the runtime inside loads exactly those entries and never
@@ -115,14 +118,15 @@ pub enum AppSource {
 /// A compiled entry: its file name (as the runtime looks it up) and host path.
 pub type Entry = (String, PathBuf);
 
-/// Compiles `source` into the host cache (created `0700`, pruned first), off the async
-/// workers; returns the entries the container may load and those to compile once it runs
-/// ([`crate::precompile::precompile`]).
+/// Compiles `source` into the host cache `dir` (created `0700`, pruned first) in helpers of
+/// `sandbox`, off the async workers; returns the entries the container may load and those
+/// to compile once it runs ([`crate::precompile::precompile`]).
 pub async fn precompile(
     source: AppSource,
+    dir: PathBuf,
     tiering: spin_runtime::tier::TieringConfig,
+    sandbox: crate::compile_helper::Sandbox,
 ) -> anyhow::Result<crate::precompile::Precompiled> {
-    let dir = host_dir();
     let max = max_bytes()?;
     tokio::task::spawn_blocking(move || {
         spin_runtime::compile_cache::create_private_dir(&dir)
@@ -130,7 +134,7 @@ pub async fn precompile(
         if let Err(e) = prune(&dir, max) {
             tracing::warn!("compile cache {}: {e:#}", dir.display());
         }
-        crate::precompile::precompile(&source, &dir, tiering)
+        crate::precompile::precompile(&source, &dir, tiering, &sandbox)
     })
     .await
     .context("compile task failed")?

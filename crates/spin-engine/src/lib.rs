@@ -2,8 +2,9 @@
 //! - [`artifact`]: Spin OCI artifacts (locked-app, archive and `application/wasm` layers)
 //!   materialised from containerd's content store into a shim-owned directory the
 //!   container sees read-only at `/`[`artifact::APP_DIR`];
-//! - [`precompile`] and [`cache_mount`]: components compiled by the shim into the node's
-//!   root-only cache, each container given read-only access to its own entries;
+//! - [`precompile`], [`compile_helper`] and [`cache_mount`]: components compiled in
+//!   unprivileged helpers held by the container's cgroup limits, into the node's root-only
+//!   cache, each container given read-only access to its own entries;
 //! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
 //!
 //! A container is Spin's when its command is `/` and its rootfs holds `/spin.toml` or the
@@ -13,6 +14,7 @@
 
 pub mod artifact;
 pub mod cache_mount;
+pub mod compile_helper;
 pub mod precompile;
 
 use std::path::{Path, PathBuf};
@@ -73,7 +75,8 @@ impl Engine for SpinEngine {
     /// For command `/` (then a command trigger's arguments, if any): materialises a Spin
     /// OCI artifact from containerd's content store (if the rootfs has no `/spin.toml`) into
     /// [`SPIN_APP_DIR`] under the container's state root, compiles the app's components into
-    /// the node's cache, and gives the container read-only access to both (see
+    /// the node's cache in helpers placed in the container's cgroups
+    /// ([`compile_helper`]), and gives the container read-only access to both (see
     /// [`cache_mount`]). Other containers are left alone.
     async fn prepare(&self, p: &mut Prepare<'_>) -> anyhow::Result<()> {
         let args = p.args();
@@ -114,8 +117,20 @@ impl Engine for SpinEngine {
                 rootfs: p.rootfs.to_path_buf(),
             });
         }
+        let memory_limit = p
+            .spec
+            .linux()
+            .as_ref()
+            .and_then(|l| l.resources().as_ref())
+            .and_then(|r| r.memory().as_ref())
+            .and_then(|m| m.limit())
+            .filter(|l| *l > 0)
+            .map(|l| l as u64);
+        let cache_dir = cache_mount::host_dir();
+        let sandbox =
+            compile_helper::Sandbox::for_container(&cache_dir, p.placement, memory_limit)?;
         let compiled = match source {
-            Some(s) => cache_mount::precompile(s, tiering(p.spec)?)
+            Some(s) => cache_mount::precompile(s, cache_dir, tiering(p.spec)?, sandbox.clone())
                 .await
                 .with_context(|| format!("container {id}: compiling the Spin app"))?,
             None => Default::default(),
@@ -126,7 +141,7 @@ impl Engine for SpinEngine {
             entries = compiled.entries.len(),
             "compiled components attached"
         );
-        precompile::compile_later(id, compiled.later);
+        precompile::compile_later(id, compiled.later, sandbox.background(p.placement));
         Ok(())
     }
 

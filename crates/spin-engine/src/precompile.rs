@@ -1,39 +1,213 @@
-//! Compiling a Spin app in the shim, before its container starts: outside the container,
-//! outside its memory limit, into the node's root-only compile cache.
+//! Compiling a Spin app for its container, before it starts: each distinct component source
+//! is opened once (the same digest, or the same file however the manifest names it, is one
+//! source), the distinct sources together are held to the app's byte budget
+//! (`SPIN_SHIM_MAX_APP_BYTES`) before they are read, anything that is not a Wasm binary is
+//! refused with a short error, and every compilation (and Spin 4 middleware composition)
+//! runs in a helper process held by the container's cgroup limits
+//! ([`crate::compile_helper`]). The shim keys each cache entry by the digest of the bytes it
+//! handed over and writes it itself.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
+use sha2::{Digest, Sha256};
 use spin_runtime::compile_cache::{
-    baseline_compile_engine, compile_engine, entry_state, CompileCache, EntryState, Outcome,
+    baseline_compile_engine, compile_engine, entry_state, is_binary, CompileCache, EntryState,
     Reservation,
 };
+use spin_runtime::componentize::is_core_module;
+use spin_runtime::middleware::Inherit;
 use spin_runtime::tier::TieringConfig;
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::content::digest_hex;
-use wasm_shim_core::untrusted::Limits;
+use wasm_shim_core::untrusted::{Limits, MAX_BYTES_ENV};
 
 use crate::artifact::BLOBS_DIR;
 use crate::cache_mount::{AppSource, Entry};
+use crate::compile_helper::{Compiler, FailureKind, HelperError, Job, MiddlewarePart, Sandbox};
 
 /// Largest `/spin.toml` the shim reads from a rootfs.
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+/// Longest part of an untrusted name (a path from the manifest) quoted in an error.
+const MAX_NAME: usize = 200;
 
-/// One component source the runtime compiles as it ships.
-struct Source {
-    /// Where it is declared, for logs and errors.
-    label: String,
-    /// Whether an event trigger (not HTTP) runs it: its code must be final at start.
-    event: bool,
-    /// The Wasm.
-    bytes: Vec<u8>,
+/// One distinct component source: a read-only file whose bytes the shim knows the digest
+/// of, for compile helpers to read.
+#[derive(Debug)]
+pub struct Input {
+    file: File,
+    len: u64,
+    /// Hex sha256 of the bytes.
+    digest: String,
+    core_module: bool,
 }
 
-/// The bytes of every component source of `source` that the runtime compiles as it
-/// ships (not composed with dependencies), named by where they are declared.
-fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<Source>> {
+/// The distinct sources of one app, by identity, within the app's byte budget.
+struct Inputs<'a> {
+    cache: &'a CompileCache,
+    max: u64,
+    total: u64,
+    /// Bytes the shim read from sources (each distinct source once).
+    read: u64,
+    seen: HashMap<Identity, Arc<Input>>,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum Identity {
+    /// A blob of the artifact, by digest.
+    Digest(String),
+    /// A rootfs file, by device and inode.
+    File(u64, u64),
+}
+
+impl<'a> Inputs<'a> {
+    fn new(cache: &'a CompileCache, max: u64) -> Self {
+        Inputs {
+            cache,
+            max,
+            total: 0,
+            read: 0,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Counts a new source of `len` bytes against the budget, before it is read.
+    fn take(&mut self, len: u64, origin: &str) -> anyhow::Result<()> {
+        self.total = self.total.saturating_add(len);
+        anyhow::ensure!(
+            self.total <= self.max,
+            "{origin}: the app's distinct component sources add up to more than the limit of \
+             {} bytes ({MAX_BYTES_ENV} in the shim's environment)",
+            self.max
+        );
+        Ok(())
+    }
+
+    /// The artifact blob `digest` (verified and named by its digest when the shim wrote it).
+    fn blob(&mut self, blobs: &Dir, digest: &str, origin: &str) -> anyhow::Result<Arc<Input>> {
+        let hex = digest_hex(digest).with_context(|| origin.to_string())?;
+        if let Some(i) = self.seen.get(&Identity::Digest(hex.to_string())) {
+            return Ok(i.clone());
+        }
+        let file = blobs
+            .open_file(Path::new(hex))
+            .with_context(|| format!("{origin}: {digest}"))?;
+        let len = file.metadata()?.len();
+        self.take(len, origin)?;
+        let core_module = check_magic(&file, origin)?;
+        let input = Arc::new(Input {
+            file,
+            len,
+            digest: hex.to_string(),
+            core_module,
+        });
+        self.seen
+            .insert(Identity::Digest(hex.to_string()), input.clone());
+        Ok(input)
+    }
+
+    /// The rootfs file `rel` (resolved as the container will resolve it), copied once into
+    /// a private file as it is hashed: the container could change its own copy later.
+    fn rootfs(&mut self, root: &Dir, rel: &str, origin: &str) -> anyhow::Result<Arc<Input>> {
+        let file = root
+            .open_in_root(Path::new(rel))
+            .with_context(|| origin.to_string())?;
+        let md = file.metadata()?;
+        let id = Identity::File(md.dev(), md.ino());
+        if let Some(i) = self.seen.get(&id) {
+            return Ok(i.clone());
+        }
+        let len = md.len();
+        self.take(len, origin)?;
+        let core_module = check_magic(&file, origin)?;
+        let mut copy = self.cache.scratch_file("source")?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 << 10];
+        let mut src = (&file).take(len + 1);
+        let mut n = 0u64;
+        loop {
+            let k = src.read(&mut buf)?;
+            if k == 0 {
+                break;
+            }
+            hasher.update(&buf[..k]);
+            copy.write_all(&buf[..k])
+                .with_context(|| format!("{origin}: copying it into the compile cache"))?;
+            n += k as u64;
+        }
+        self.read += n;
+        anyhow::ensure!(n == len, "{origin}: it changed while the shim read it");
+        let input = Arc::new(Input {
+            file: read_only(&copy)?,
+            len,
+            digest: hex::encode(hasher.finalize()),
+            core_module,
+        });
+        self.seen.insert(id, input.clone());
+        Ok(input)
+    }
+}
+
+/// A read-only descriptor of `f` (its own open file: a helper can read, never write it).
+fn read_only(f: &File) -> anyhow::Result<File> {
+    let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+    File::open(&path).with_context(|| format!("reopening {path} read-only"))
+}
+
+/// Refuses a source that is not a Wasm binary, by its first bytes only (a text file is
+/// never read further, nor quoted); returns whether it is a core module.
+fn check_magic(file: &File, origin: &str) -> anyhow::Result<bool> {
+    let mut head = [0u8; 8];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read_at(&mut head[n..], n as u64)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    anyhow::ensure!(
+        is_binary(&head[..n]),
+        "{origin}: not a Wasm binary (it does not start with the `\\0asm` magic; text-format \
+         .wat and other files are refused); point the source at a compiled .wasm file"
+    );
+    Ok(is_core_module(&head[..n]))
+}
+
+/// `s` escaped and cut for an error message.
+fn name(s: &str) -> String {
+    crate::compile_helper::shown(s, MAX_NAME)
+}
+
+/// One thing to compile: a source as the runtime compiles it.
+struct Unit {
+    /// How errors and logs name it.
+    label: String,
+    /// The component id (what the compiler's own errors name).
+    id: String,
+    /// Whether an event trigger (not HTTP) runs it: its code must be final at start.
+    event: bool,
+    what: What,
+}
+
+enum What {
+    /// A source compiled as it ships.
+    Plain(Arc<Input>),
+    /// Spin 4 middleware composed in front of a component (as the runtime composes it).
+    Composed {
+        primary: Arc<Input>,
+        middleware: Vec<(String, Inherit, Arc<Input>)>,
+    },
+}
+
+/// Every component source of `source` that the runtime compiles as it ships (not composed
+/// with dependencies), and every middleware composition, with their distinct inputs.
+fn units(source: &AppSource, inputs: &mut Inputs<'_>) -> anyhow::Result<Vec<Unit>> {
     let mut out = Vec::new();
     match source {
         AppSource::Locked { lock, app_dir } => {
@@ -53,38 +227,57 @@ fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<Source>> {
                 if content.inline.is_some() || !c.dependencies.is_empty() {
                     continue;
                 }
+                let id = &c.id;
+                let origin = format!("component `{}`", name(id));
+                let event = event.contains(id.as_str());
+                let blob = |inputs: &mut Inputs<'_>, content: &spin_app_format::ContentRef| match (
+                    &content.inline,
+                    content.digest.as_deref(),
+                ) {
+                    (None, Some(d)) => inputs.blob(&blobs, d, &origin).map(Some),
+                    _ => Ok(None),
+                };
                 if !c.trigger_dependencies.is_empty() {
-                    // Composed here as the runtime composes it, so its entry is found.
-                    if let Some(composed) = locked_composition(c, &blobs, max)? {
-                        out.push(Source {
-                            label: format!("component `{}` with its middleware", c.id),
-                            event: event.contains(c.id.as_str()),
-                            bytes: composed,
+                    // Composed as the runtime composes it, so its entry is found; a part
+                    // that is not a layer (inline) leaves it to the runtime.
+                    let Some(primary) = blob(inputs, content)? else {
+                        continue;
+                    };
+                    let mut middleware = Vec::new();
+                    for (i, d) in c
+                        .trigger_dependencies
+                        .get(spin_app_format::locked::MIDDLEWARE_KEY)
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                    {
+                        let Some(m) = blob(inputs, &d.source.content)? else {
+                            middleware.clear();
+                            break;
+                        };
+                        middleware.push((format!("[{i}]"), (&d.inherit).into(), m));
+                    }
+                    if !middleware.is_empty() {
+                        out.push(Unit {
+                            label: format!("{origin} with its middleware"),
+                            id: id.clone(),
+                            event,
+                            what: What::Composed {
+                                primary,
+                                middleware,
+                            },
                         });
                     }
                     continue;
                 }
-                let Some(digest) = content.digest.as_deref() else {
-                    continue;
-                };
-                let id = &c.id;
-                let hex = digest_hex(digest)
-                    .with_context(|| format!("component `{id}` of the locked app"))?;
-                let mut bytes = Vec::new();
-                blobs
-                    .open_file(Path::new(hex))
-                    .with_context(|| format!("component `{id}`: source {digest}"))?
-                    .take(max + 1)
-                    .read_to_end(&mut bytes)?;
-                anyhow::ensure!(
-                    bytes.len() as u64 <= max,
-                    "component `{id}`: source {digest} is over {max} bytes"
-                );
-                out.push(Source {
-                    label: format!("component `{id}`"),
-                    event: event.contains(id.as_str()),
-                    bytes,
-                });
+                if let Some(input) = blob(inputs, content)? {
+                    out.push(Unit {
+                        label: origin.clone(),
+                        id: id.clone(),
+                        event,
+                        what: What::Plain(input),
+                    });
+                }
             }
         }
         AppSource::Manifest { rootfs } => {
@@ -96,88 +289,47 @@ fn sources(source: &AppSource, max: u64) -> anyhow::Result<Vec<Source>> {
                 if s.has_dependencies {
                     continue;
                 }
+                let origin = format!(
+                    "/spin.toml: component `{}`: source `{}`",
+                    name(&s.id),
+                    name(&s.source)
+                );
                 // Resolved as the runtime will in the container: relative to `/`, links
                 // and `..` confined to the rootfs.
-                let bytes = root
-                    .read_in_root(Path::new(&s.source), max)
-                    .with_context(|| {
-                        format!("/spin.toml: component `{}`: source {}", s.id, s.source)
-                    })?;
-                out.push(Source {
-                    label: format!("component `{}`", s.id),
+                let input = inputs.rootfs(&root, &s.source, &origin)?;
+                out.push(Unit {
+                    label: format!("component `{}`", name(&s.id)),
+                    id: s.id.clone(),
                     event: event.contains(&s.id),
-                    bytes,
+                    what: What::Plain(input),
                 });
             }
             for m in spin_app_format::manifest::middleware_sources(&text, "/spin.toml")? {
-                let read = |path: &str| {
-                    root.read_in_root(Path::new(path), max).with_context(|| {
-                        format!("/spin.toml: {}: middleware source {path}", m.trigger)
-                    })
+                let trigger = name(&m.trigger);
+                let mut read = |path: &str| {
+                    let origin =
+                        format!("/spin.toml: {trigger}: middleware source `{}`", name(path));
+                    inputs.rootfs(&root, path, &origin)
                 };
                 let primary = read(&m.component)?;
-                let mut parts = Vec::new();
+                let mut middleware = Vec::new();
                 for (i, (path, inherit)) in m.middleware.iter().enumerate() {
-                    parts.push((format!("[{i}] {path}"), inherit.into(), read(path)?));
+                    middleware.push((format!("[{i}] {}", name(path)), inherit.into(), read(path)?));
                 }
-                let composed = spin_runtime::middleware::compose(&m.trigger, &primary, &parts)?;
                 // Middleware composes HTTP triggers only.
-                out.push(Source {
-                    label: format!("{} with its middleware", m.trigger),
+                out.push(Unit {
+                    label: format!("{trigger} with its middleware"),
+                    id: m.trigger.clone(),
                     event: false,
-                    bytes: composed,
+                    what: What::Composed {
+                        primary,
+                        middleware,
+                    },
                 });
             }
         }
     }
     Ok(out)
-}
-
-/// A locked component with Spin 4 middleware, composed as the runtime composes it; `None`
-/// when a part is not a layer of the artifact (inline: the runtime composes it in memory).
-fn locked_composition(
-    c: &spin_app_format::LockedComponent,
-    blobs: &Dir,
-    max: u64,
-) -> anyhow::Result<Option<Vec<u8>>> {
-    let id = &c.id;
-    let read = |content: &spin_app_format::ContentRef| -> anyhow::Result<Option<Vec<u8>>> {
-        let (None, Some(digest)) = (&content.inline, content.digest.as_deref()) else {
-            return Ok(None);
-        };
-        let hex =
-            digest_hex(digest).with_context(|| format!("component `{id}` of the locked app"))?;
-        let mut bytes = Vec::new();
-        blobs
-            .open_file(Path::new(hex))
-            .with_context(|| format!("component `{id}`: {digest}"))?
-            .take(max + 1)
-            .read_to_end(&mut bytes)?;
-        anyhow::ensure!(
-            bytes.len() as u64 <= max,
-            "component `{id}`: {digest} is over {max} bytes"
-        );
-        Ok(Some(bytes))
-    };
-    let Some(primary) = read(&c.source.content)? else {
-        return Ok(None);
-    };
-    let mut parts = Vec::new();
-    for (i, d) in c
-        .trigger_dependencies
-        .get(spin_app_format::locked::MIDDLEWARE_KEY)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let Some(bytes) = read(&d.source.content)? else {
-            return Ok(None);
-        };
-        parts.push((format!("[{i}]"), (&d.inherit).into(), bytes));
-    }
-    Ok(Some(spin_runtime::middleware::compose(
-        id, &primary, &parts,
-    )?))
 }
 
 /// What [`precompile`] made: the entries the container may load, and the components it
@@ -195,90 +347,106 @@ pub struct Precompiled {
 #[derive(Debug)]
 pub struct Later {
     label: String,
-    bytes: Vec<u8>,
+    id: String,
+    input: Arc<Input>,
     reservation: Reservation,
 }
 
+/// Bound on a helper's output for an input of `len` bytes: compiled code is a few times
+/// the size of its Wasm, a composition about the size of its parts.
+fn max_output(len: u64) -> u64 {
+    len.saturating_mul(16).saturating_add(256 << 20)
+}
+
 /// Compiles each distinct component of `source` into the node cache `cache_dir` (entries
-/// named as the runtime looks them up). A component `tiering` applies to (large, run by
-/// HTTP triggers only, without a Cranelift entry yet) is compiled with the baseline
-/// compiler (Winch) instead, several times faster, and its Cranelift entry reserved: the
-/// container serves on the baseline code and swaps in Cranelift's when [`compile_later`]
-/// has filled the reservation. Blocking.
+/// named as the runtime looks them up), each in a helper of `sandbox`. A component
+/// `tiering` applies to (large, run by HTTP triggers only, without a Cranelift entry yet) is
+/// compiled with the baseline compiler (Winch) instead, several times faster, and its
+/// Cranelift entry reserved: the container serves on the baseline code and swaps in
+/// Cranelift's when [`compile_later`] has filled the reservation. Blocking.
 pub fn precompile(
     source: &AppSource,
     cache_dir: &Path,
     tiering: TieringConfig,
+    sandbox: &Sandbox,
 ) -> anyhow::Result<Precompiled> {
     let limits = Limits::from_env()?;
     let cache = CompileCache::new(cache_dir);
+    // Only for entry names (compatibility hashes): nothing is compiled in this process.
     let engine = compile_engine()?;
+    let base_engine = baseline_compile_engine()?;
+    let mut inputs = Inputs::new(&cache, limits.max_bytes);
+    let units = units(source, &mut inputs)?;
+    tracing::debug!(
+        sources = inputs.seen.len(),
+        bytes = inputs.total,
+        read = inputs.read,
+        "component sources"
+    );
     let mut entries: BTreeMap<String, PathBuf> = BTreeMap::new();
     let mut later = Vec::new();
-    let file_name = |path: &Path| {
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_string)
-            .context("cache entry without a file name")
-    };
-    for Source {
-        label,
-        event,
-        bytes,
-    } in sources(source, limits.max_bytes)?
-    {
+    for unit in units {
         let started = std::time::Instant::now();
-        let main = cache.entry_path(engine, &bytes);
+        let input = match &unit.what {
+            What::Plain(i) => i.clone(),
+            What::Composed {
+                primary,
+                middleware,
+            } => compose(sandbox, &cache, &unit, primary, middleware)?,
+        };
+        let main = cache.entry_path_for(engine, &input.digest, input.core_module);
         let name = file_name(&main)?;
         if entries.contains_key(&name) {
             continue;
         }
-        let tier =
-            !event && tiering.applies(bytes.len()) && entry_state(&main) == EntryState::Missing;
-        // Winch does not compile every proposal Cranelift does: such a component is
-        // compiled with Cranelift before the container starts, as without tiering.
-        let base = match tier
-            .then(|| baseline_compile_engine().and_then(|b| cache.precompile_on(b, &bytes, &label)))
-        {
-            Some(Ok((base, _))) => Some(base),
-            Some(Err(e)) => {
+        let tier = !unit.event
+            && tiering.applies(input.len as usize)
+            && entry_state(&main) == EntryState::Missing;
+        if tier {
+            let base = cache.entry_path_for(base_engine, &input.digest, input.core_module);
+            let ready = match compile_into(sandbox, &cache, &base, Compiler::Winch, &unit, &input) {
+                Ok(()) => true,
+                // Winch does not compile every proposal Cranelift does: such a component is
+                // compiled with Cranelift before the container starts, as without tiering.
+                Err(e) if e.kind == FailureKind::Rejected => {
+                    tracing::info!(
+                        component = %unit.label,
+                        "the baseline compiler cannot compile it, compiling with Cranelift \
+                         before the container starts: {e}"
+                    );
+                    false
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if ready {
+                let reservation = cache.reserve_entry(main.clone())?;
                 tracing::info!(
-                    component = %label,
-                    "the baseline compiler cannot compile it, compiling with Cranelift before \
-                     the container starts: {e:#}"
+                    component = %unit.label,
+                    bytes = input.len,
+                    ms = started.elapsed().as_millis() as u64,
+                    "compiled with the baseline compiler (Winch) in a helper in the \
+                     container's cgroup, to start now; Cranelift's code follows while the \
+                     container serves"
                 );
-                None
+                entries.insert(file_name(&base)?, base);
+                entries.insert(name, reservation.file().to_path_buf());
+                later.push(Later {
+                    label: unit.label,
+                    id: unit.id,
+                    input,
+                    reservation,
+                });
+                continue;
             }
-            None => None,
-        };
-        if let Some(base) = base {
-            let reservation = cache.reserve(engine, &bytes)?;
-            tracing::info!(
-                component = %label,
-                bytes = bytes.len(),
-                ms = started.elapsed().as_millis() as u64,
-                "compiled in the shim with the baseline compiler (Winch) to start now; \
-                 Cranelift's code follows while the container serves"
-            );
-            entries.insert(file_name(&base)?, base);
-            entries.insert(name, reservation.file().to_path_buf());
-            later.push(Later {
-                label,
-                bytes,
-                reservation,
-            });
-            continue;
         }
-        let (path, outcome) = cache.precompile(&bytes, &label)?;
-        if outcome == Outcome::Miss {
-            tracing::info!(
-                component = %label,
-                bytes = bytes.len(),
-                ms = started.elapsed().as_millis() as u64,
-                "compiled in the shim"
-            );
-        }
-        entries.insert(name, path);
+        compile_into(sandbox, &cache, &main, Compiler::Cranelift, &unit, &input)?;
+        tracing::info!(
+            component = %unit.label,
+            bytes = input.len,
+            ms = started.elapsed().as_millis() as u64,
+            "compiled in a helper in the container's cgroup"
+        );
+        entries.insert(name, main);
     }
     Ok(Precompiled {
         entries: entries.into_iter().collect(),
@@ -286,13 +454,118 @@ pub fn precompile(
     })
 }
 
+fn file_name(path: &Path) -> anyhow::Result<String> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .map(str::to_string)
+        .context("cache entry without a file name")
+}
+
+/// Makes the cache entry `entry` of `input` with `compiler`, unless it exists (then marks it
+/// used): the helper's output is copied into a file of the shim's, renamed to `entry` once
+/// the helper succeeded.
+fn compile_into(
+    sandbox: &Sandbox,
+    cache: &CompileCache,
+    entry: &Path,
+    compiler: Compiler,
+    unit: &Unit,
+    input: &Input,
+) -> Result<(), HelperError> {
+    if entry_state(entry) == EntryState::Ready {
+        CompileCache::touch(entry);
+        return Ok(());
+    }
+    let shim_failed = |e| HelperError::shim(&unit.label, e);
+    let mut w = cache.entry_writer(entry).map_err(shim_failed)?;
+    let job = Job::Compile {
+        compiler,
+        serial: false,
+        id: unit.id.clone(),
+        len: input.len,
+    };
+    sandbox.run(
+        &job,
+        &[&input.file],
+        &mut w,
+        max_output(input.len),
+        &unit.label,
+    )?;
+    w.commit().map_err(shim_failed)?;
+    Ok(())
+}
+
+/// Composes `middleware` in front of `primary` in a helper; the composition becomes an
+/// input the shim hashed as it arrived.
+fn compose(
+    sandbox: &Sandbox,
+    cache: &CompileCache,
+    unit: &Unit,
+    primary: &Arc<Input>,
+    middleware: &[(String, Inherit, Arc<Input>)],
+) -> anyhow::Result<Arc<Input>> {
+    let mut copy = cache.scratch_file("composed")?;
+    let mut hashing = Hashing {
+        inner: &mut copy,
+        hasher: Sha256::new(),
+    };
+    let job = Job::Compose {
+        id: unit.id.clone(),
+        len: primary.len,
+        middleware: middleware
+            .iter()
+            .map(|(name, inherit, input)| MiddlewarePart {
+                name: name.clone(),
+                inherit: match inherit {
+                    Inherit::All => None,
+                    Inherit::Some(keys) => Some(keys.clone()),
+                },
+                len: input.len,
+            })
+            .collect(),
+    };
+    let files: Vec<&File> = std::iter::once(&primary.file)
+        .chain(middleware.iter().map(|(_, _, i)| &i.file))
+        .collect();
+    let total = primary.len + middleware.iter().map(|m| m.2.len).sum::<u64>();
+    let len = sandbox.run(&job, &files, &mut hashing, max_output(total), &unit.label)?;
+    let digest = hex::encode(hashing.hasher.finalize());
+    let file = read_only(&copy)?;
+    let core_module = check_magic(&file, &unit.label)?;
+    Ok(Arc::new(Input {
+        file,
+        len,
+        digest,
+        core_module,
+    }))
+}
+
+/// Hashes what it writes.
+struct Hashing<'a> {
+    inner: &'a mut File,
+    hasher: Sha256,
+}
+
+impl Write for Hashing<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Past the create timeout, when a reserved name is surely bound or no longer needed.
 const BIND_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Fills the reserved Cranelift entries of `later` on a background thread of the shim at a
-/// lower CPU priority (the container serves meanwhile), then gives the memory the
-/// compilation used back. A failure is logged; the container stays on baseline code.
-pub fn compile_later(id: &str, later: Vec<Later>) {
+/// Fills the reserved Cranelift entries of `later` from a background thread of the shim,
+/// each compiled by a helper of `sandbox` (the container's cgroup, at a lower priority;
+/// [`Sandbox::background`]) while the container serves. A failure (the pod's limits
+/// included) is logged and leaves the container on baseline code; so does a container
+/// that is gone.
+pub fn compile_later(id: &str, later: Vec<Later>, sandbox: Sandbox) {
     if later.is_empty() {
         return;
     }
@@ -301,37 +574,43 @@ pub fn compile_later(id: &str, later: Vec<Later>) {
         .name("tier-up".into())
         .spawn(move || {
             let id = owned;
-            spin_runtime::tier::lower_thread_priority();
             let t0 = std::time::Instant::now();
+            let bound = wasm_shim_core::zygote::configured_create_timeout() + BIND_MARGIN;
             let mut published = Vec::new();
             for l in later {
+                if !sandbox.wait_for_cgroup(bound) {
+                    tracing::info!(
+                        id,
+                        component = %l.label,
+                        "the container's cgroup does not exist: no Cranelift compilation, \
+                         the container (if any) stays on baseline code"
+                    );
+                    continue;
+                }
                 let reserved = l.reservation.file().to_path_buf();
-                let filled = compile_engine()
-                    .and_then(|engine| l.reservation.fill(engine, &l.bytes, &l.label));
-                spin_runtime::tier::release_freed_memory();
+                let filled = fill(&sandbox, l.reservation, &l.id, &l.label, &l.input);
                 match filled {
                     Ok(path) => {
                         published.push(reserved);
                         tracing::info!(
-                        id,
-                        component = %l.label,
-                        entry = %path.display(),
-                        ms = t0.elapsed().as_millis() as u64,
-                        "compiled with Cranelift in the shim; the container swaps it in"
+                            id,
+                            component = %l.label,
+                            entry = %path.display(),
+                            ms = t0.elapsed().as_millis() as u64,
+                            "compiled with Cranelift in a helper in the container's cgroup; \
+                             the container swaps it in"
                         )
                     }
                     Err(e) => tracing::warn!(
                         id,
-                        component = %l.label,
-                        "Cranelift compilation in the shim failed, the container stays on \
-                         baseline code: {e:#}"
+                        "Cranelift compilation failed, the container stays on baseline code: \
+                         {e:#}"
                     ),
                 }
             }
             // The entries are published under their own names; the reserved names go once
             // the container's creation (which binds them) is over either way. If the shim
             // exits first, pruning removes them.
-            let bound = wasm_shim_core::zygote::configured_create_timeout() + BIND_MARGIN;
             std::thread::sleep(bound.saturating_sub(t0.elapsed()));
             for f in published {
                 let _ = std::fs::remove_file(f);
@@ -342,5 +621,156 @@ pub fn compile_later(id: &str, later: Vec<Later>) {
             id,
             "cannot start the shim's tier-up thread ({e}); the container stays on baseline code"
         );
+    }
+}
+
+/// Compiles `input` with Cranelift in a helper into `reservation` and publishes it.
+fn fill(
+    sandbox: &Sandbox,
+    reservation: Reservation,
+    id: &str,
+    label: &str,
+    input: &Input,
+) -> anyhow::Result<PathBuf> {
+    let mut w = reservation.writer()?;
+    let job = Job::Compile {
+        compiler: Compiler::Cranelift,
+        serial: true,
+        id: id.to_string(),
+        len: input.len,
+    };
+    sandbox.run(&job, &[&input.file], &mut w, max_output(input.len), label)?;
+    drop(w);
+    reservation.publish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMPONENT: &[u8] = b"\0asm\x0d\0\x01\0";
+
+    fn manifest(components: &[(&str, &str)]) -> String {
+        let mut m = String::from("spin_manifest_version = 2\n[application]\nname = \"t\"\n");
+        for (id, source) in components {
+            m.push_str(&format!(
+                "[[trigger.http]]\nroute = \"/{id}/...\"\ncomponent = \"{id}\"\n\
+                 [component.{id}]\nsource = \"{source}\"\n"
+            ));
+        }
+        m
+    }
+
+    fn gather(rootfs: &Path, cache: &CompileCache, max: u64) -> anyhow::Result<(Vec<Unit>, u64)> {
+        let mut inputs = Inputs::new(cache, max);
+        let source = AppSource::Manifest {
+            rootfs: rootfs.to_path_buf(),
+        };
+        let units = units(&source, &mut inputs)?;
+        Ok((units, inputs.read))
+    }
+
+    fn input(u: &Unit) -> &Arc<Input> {
+        match &u.what {
+            What::Plain(i) => i,
+            What::Composed { primary, .. } => primary,
+        }
+    }
+
+    #[test]
+    fn one_source_named_by_many_components_is_read_once() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("rootfs");
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        let mut big = COMPONENT.to_vec();
+        big.resize(1 << 20, 0);
+        std::fs::write(root.join("c/big.wasm"), &big).unwrap();
+        std::os::unix::fs::symlink("c/big.wasm", root.join("link.wasm")).unwrap();
+        let names = [
+            ("a", "c/big.wasm"),
+            ("b", "./c/big.wasm"),
+            ("c", "c/../c/big.wasm"),
+            ("d", "/c/big.wasm"),
+            ("e", "link.wasm"),
+            ("f", "c/big.wasm"),
+        ];
+        std::fs::write(root.join("spin.toml"), manifest(&names)).unwrap();
+        let cache = CompileCache::new(d.path().join("cache"));
+        // Six components, one source: within a budget of one copy, read once.
+        let (units, read) = gather(&root, &cache, big.len() as u64).unwrap();
+        assert_eq!(units.len(), 6);
+        assert!(units
+            .iter()
+            .all(|u| Arc::ptr_eq(input(u), input(&units[0]))));
+        assert_eq!(read, big.len() as u64);
+        let i = input(&units[0]);
+        assert_eq!(i.digest, hex::encode(Sha256::digest(&big)));
+        assert_eq!(i.len, big.len() as u64);
+        // The helper's copy is the shim's, read-only.
+        let mut back = Vec::new();
+        (&i.file).read_to_end(&mut back).unwrap();
+        assert!(back == big);
+        assert!((&i.file).write_all(b"x").is_err());
+        // Nothing of the copies stays in the cache directory.
+        assert_eq!(std::fs::read_dir(cache.dir()).unwrap().count(), 0);
+
+        // Two distinct sources over the budget fail before the second is read.
+        std::fs::copy(root.join("c/big.wasm"), root.join("other.wasm")).unwrap();
+        std::fs::write(
+            root.join("spin.toml"),
+            manifest(&[("a", "c/big.wasm"), ("b", "other.wasm")]),
+        )
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            gather(&root, &cache, big.len() as u64 + 100).err().unwrap()
+        );
+        assert!(e.contains(MAX_BYTES_ENV) && e.contains("other.wasm"), "{e}");
+    }
+
+    #[test]
+    fn text_sources_are_refused_without_being_read_or_quoted() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("rootfs");
+        std::fs::create_dir_all(&root).unwrap();
+        let secret = "(component) ;; SECRET-TEXT ".repeat(50_000);
+        std::fs::write(root.join("app.wat"), &secret).unwrap();
+        std::fs::write(root.join("spin.toml"), manifest(&[("a", "app.wat")])).unwrap();
+        let cache = CompileCache::new(d.path().join("cache"));
+        let e = format!("{:#}", gather(&root, &cache, 1 << 30).err().unwrap());
+        assert!(e.len() < 1024, "{} bytes: {e}", e.len());
+        assert!(!e.contains("SECRET"), "{e}");
+        assert!(
+            e.contains("app.wat") && e.contains("not a Wasm binary"),
+            "{e}"
+        );
+        // An empty file too.
+        std::fs::write(root.join("app.wat"), b"").unwrap();
+        let e = format!("{:#}", gather(&root, &cache, 1 << 30).err().unwrap());
+        assert!(e.contains("not a Wasm binary"), "{e}");
+    }
+
+    #[test]
+    fn blobs_are_one_input_per_digest() {
+        let d = tempfile::tempdir().unwrap();
+        let blobs = d.path().join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let hex = hex::encode(Sha256::digest(COMPONENT));
+        std::fs::write(blobs.join(&hex), COMPONENT).unwrap();
+        let text_hex = hex::encode(Sha256::digest(b"hello"));
+        std::fs::write(blobs.join(&text_hex), b"hello").unwrap();
+        let cache = CompileCache::new(d.path().join("cache"));
+        let mut inputs = Inputs::new(&cache, COMPONENT.len() as u64);
+        let dir = Dir::open(&blobs).unwrap();
+        let digest = format!("sha256:{hex}");
+        let a = inputs.blob(&dir, &digest, "component `a`").unwrap();
+        let b = inputs.blob(&dir, &digest, "component `b`").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.digest, hex);
+        let mut inputs = Inputs::new(&cache, 1 << 20);
+        let e = inputs
+            .blob(&dir, &format!("sha256:{text_hex}"), "component `t`")
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("not a Wasm binary"), "{e:#}");
     }
 }
