@@ -272,11 +272,9 @@ fn redis_refuses_unix_sockets_even_when_everything_is_allowed() {
 fn sqlite_app(open_db: &Path) -> tempfile::TempDir {
     let dir = app(
         "sqlite_databases = [\"default\", \"mem\", \"open\"]",
-        &format!(
-            "[[trigger.http]]\nroute = \"/kv/...\"\ncomponent = \"kv\"\n\
-             [component.kv]\nsource = \"{{WASM_DIR}}/spin_kv.wasm\"\n\
-             key_value_stores = [\"default\"]\n"
-        ),
+        "[[trigger.http]]\nroute = \"/kv/...\"\ncomponent = \"kv\"\n\
+         [component.kv]\nsource = \"{WASM_DIR}/spin_kv.wasm\"\n\
+         key_value_stores = [\"default\"]\n",
     );
     std::fs::write(
         dir.path().join("runtime-config.toml"),
