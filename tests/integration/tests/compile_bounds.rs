@@ -111,8 +111,8 @@ impl Node {
         })
     }
 
-    /// Nothing of a failed Create is left: state, temporary or partial cache files,
-    /// helper processes, the container's cgroup (`/<root>/<id>`).
+    /// Nothing of a failed Create is left: state, temporary or partial cache files, the
+    /// container's cgroup (`/<root>/<id>`) and so any process in it.
     fn check_clean(&self, what: &str, cgroup: &str) -> Result<()> {
         let left = wait_for(Duration::from_secs(10), || {
             let n = std::fs::read_dir(&self.state).ok()?.count();
@@ -132,14 +132,8 @@ impl Node {
             tmp.is_empty(),
             "{what}: temporary files left in the cache: {tmp:?}"
         );
-        let helpers = wait_for(Duration::from_secs(10), || {
-            helpers_in(cgroup).is_empty().then_some(())
-        });
-        ensure!(
-            helpers.is_some(),
-            "{what}: compile helpers still run: {:?}",
-            helpers_in(cgroup)
-        );
+        // No process (a compile helper or anything it started) can outlive the container's
+        // cgroup: it is removed only once empty.
         let left = integration::cgroups::cgroup_exists(cgroup);
         ensure!(
             left.is_empty(),
@@ -232,19 +226,23 @@ fn sample(c: &Containerd, o: &mut Samples) {
     for pid in helper_pids_of(&shims) {
         o.helper_hwm_kib = o.helper_hwm_kib.max(status_num(pid, "VmHWM:").unwrap_or(0));
         let uid = status_num(pid, "Uid:").unwrap_or(u64::MAX) as u32;
-        if let Some(path) = memory_cgroup(pid) {
-            let usage = Path::new("/sys/fs/cgroup/memory")
-                .join(path.trim_start_matches('/'))
-                .join("memory.max_usage_in_bytes");
-            if let Some(u) = std::fs::read_to_string(usage)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-            {
-                o.cgroup_max_usage = o.cgroup_max_usage.max(u);
-            }
-            if !o.helper_cgroups.contains(&(path.clone(), uid)) {
-                o.helper_cgroups.push((path, uid));
-            }
+        let memcg = memory_cgroup(pid);
+        // A helper that has exited shows the root cgroup until it is reaped: what was read
+        // counts only if it still ran afterwards.
+        let (Some(path), false) = (memcg, exited(pid)) else {
+            continue;
+        };
+        let usage = Path::new("/sys/fs/cgroup/memory")
+            .join(path.trim_start_matches('/'))
+            .join("memory.max_usage_in_bytes");
+        if let Some(u) = std::fs::read_to_string(usage)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            o.cgroup_max_usage = o.cgroup_max_usage.max(u);
+        }
+        if !o.helper_cgroups.contains(&(path.clone(), uid)) {
+            o.helper_cgroups.push((path, uid));
         }
     }
 }
@@ -285,33 +283,34 @@ fn io_rchar(file: &str) -> Option<u64> {
         .ok()
 }
 
-/// Compile helpers (`<shim> --compile-helper`) running anywhere.
-fn helper_pids() -> Vec<i32> {
-    all_pids()
-        .filter(|p| integration::cmdline(*p).get(1).map(String::as_str) == Some("--compile-helper"))
-        .collect()
-}
-
-/// Compile helpers started by one of `shims` (the supervisor is a shim's child, its worker
-/// the supervisor's).
+/// Compile helpers (`<shim> --compile-helper`) started by one of `shims`: the
+/// supervisor is a shim's child, its worker the supervisor's.
 fn helper_pids_of(shims: &[i32]) -> Vec<i32> {
-    helper_pids()
-        .into_iter()
-        .filter(|p| {
-            let parent = integration::ppid(*p);
-            parent.is_some_and(|pp| {
-                shims.contains(&pp) || integration::ppid(pp).is_some_and(|g| shims.contains(&g))
-            })
-        })
-        .collect()
+    let helper =
+        |p: &i32| integration::cmdline(*p).get(1).map(String::as_str) == Some("--compile-helper");
+    let supervisors: Vec<i32> = shims
+        .iter()
+        .flat_map(|s| integration::children(*s))
+        .filter(helper)
+        .collect();
+    let workers: Vec<i32> = supervisors
+        .iter()
+        .flat_map(|s| integration::children(*s))
+        .filter(helper)
+        .collect();
+    supervisors.into_iter().chain(workers).collect()
 }
 
-/// Compile helpers whose memory cgroup is `cgroup`.
-fn helpers_in(cgroup: &str) -> Vec<i32> {
-    helper_pids()
-        .into_iter()
-        .filter(|p| memory_cgroup(*p).as_deref() == Some(cgroup))
-        .collect()
+/// Whether `pid` has exited (a zombie, or gone).
+fn exited(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("State:"))
+                .map(str::to_string)
+        })
+        .is_none_or(|l| l.contains("zombie"))
 }
 
 /// The memory cgroup of `pid`.
@@ -321,14 +320,6 @@ fn memory_cgroup(pid: i32) -> Option<String> {
         .into_iter()
         .find(|l| l.controllers.split(',').any(|c| c == "memory"))
         .map(|l| l.path)
-}
-
-fn all_pids() -> impl Iterator<Item = i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
 }
 
 fn leb(mut n: u64, out: &mut Vec<u8>) {
