@@ -146,14 +146,27 @@ fn loaded_app_reports_cache_use() {
 fn not_a_component_is_rejected() {
     let e = load_error(b"definitely not wasm");
     assert!(
-        e.contains("component `c`") && e.contains("not a valid Wasm component"),
+        e.contains("component `c`") && e.contains("not a Wasm binary"),
+        "{e}"
+    );
+    // The text format is never parsed from an app: a .wat source is refused the same way.
+    let e = load_error(b"(component)");
+    assert!(e.contains("not a Wasm binary"), "{e}");
+    let e = load_error(b"\0asm\x0d\0\x01\0 truncated");
+    assert!(
+        e.contains("component `c`") && !e.contains("not a Wasm binary"),
         "{e}"
     );
 }
 
+/// A component from its text form, compiled by the test (apps must ship binaries).
+fn binary(wat: &[u8]) -> Vec<u8> {
+    wat::parse_bytes(wat).unwrap().into_owned()
+}
+
 #[test]
 fn component_without_http_export_is_rejected() {
-    let e = load_error(b"(component)");
+    let e = load_error(&binary(b"(component)"));
     assert!(
         e.contains("does not export wasi:http/incoming-handler@0.2.x"),
         "{e}"
@@ -165,7 +178,7 @@ fn legacy_inbound_http_is_a_clear_error() {
     let wat = br#"(component
         (instance $i)
         (export "fermyon:spin/inbound-http" (instance $i)))"#;
-    let e = load_error(wat);
+    let e = load_error(&binary(wat));
     assert!(e.contains("legacy `fermyon:spin/inbound-http`"), "{e}");
     assert!(e.contains("rebuild"), "{e}");
 }
@@ -176,7 +189,7 @@ fn unknown_import_is_named_at_load() {
         (import "fermyon:spin/llm@2.0.0" (instance (export "infer" (func))))
         (instance $h)
         (export "wasi:http/incoming-handler@0.2.0" (instance $h)))"#;
-    let e = load_error(wat);
+    let e = load_error(&binary(wat));
     assert!(e.contains("fermyon:spin/llm@2.0.0"), "{e}");
     assert!(e.contains("cannot be linked"), "{e}");
 }
