@@ -735,6 +735,45 @@ state = "{state}"
         })
     }
 
+    /// `ctr run --rm --net-host` (attached) of `image` with this shim as its runtime, in a
+    /// fresh test cgroup (removed after), with `extra` options before the image and `cmd`
+    /// after the id; waits up to `timeout` for it to exit. Returns ctr's exit code and its
+    /// stdout followed by its stderr.
+    pub fn run_to_exit(
+        &self,
+        image: &str,
+        extra: &[&str],
+        cmd: &[&str],
+        timeout: Duration,
+    ) -> Result<(Option<i32>, String)> {
+        let id = unique("run");
+        let root = unique("runtest-");
+        let _guard = CgroupGuard::new(&root);
+        let cgroup = format!("/{root}/{id}");
+        let runtime = test_runtime();
+        let mut args = vec![
+            "run",
+            "--rm",
+            "--net-host",
+            "--runtime",
+            &runtime,
+            "--cgroup",
+            &cgroup,
+        ];
+        args.extend(extra);
+        args.extend([image, &id]);
+        args.extend(cmd);
+        let out = self.ctr_output(&args, timeout);
+        self.force_remove(&id);
+        let out = out?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.code(), text))
+    }
+
     /// Kills (SIGKILL), deletes the task and the container `id`; errors are ignored.
     pub fn force_remove(&self, id: &str) {
         let t = Duration::from_secs(20);

@@ -16,8 +16,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use integration::{
-    guest_apps_dir, pod_uid, require_shim, test_runtime, unique, wait_for, CgroupGuard, CgroupMode,
-    Containerd, ContainerdVersion,
+    guest_apps_dir, pod_uid, require_shim, wait_for, CgroupMode, Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin;
 
@@ -110,32 +109,10 @@ fn run_to_exit(
     cmd: Option<&str>,
     extra: &[String],
 ) -> Result<(i32, String)> {
-    let id = unique("tm");
-    let root = unique("tmtest-");
-    let _guard = CgroupGuard::new(&root);
-    let cgroup = format!("/{root}/{id}");
-    let runtime = test_runtime();
-    let mut args = vec![
-        "run",
-        "--rm",
-        "--net-host",
-        "--runtime",
-        &runtime,
-        "--cgroup",
-        &cgroup,
-    ];
-    args.extend(extra.iter().map(String::as_str));
-    args.extend([image, &id]);
-    args.extend(cmd);
-    let out = c.ctr_output(&args, Duration::from_secs(300));
-    c.force_remove(&id);
-    let out = out?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok((out.status.code().unwrap_or(-1), text))
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let cmd: Vec<&str> = cmd.into_iter().collect();
+    let (code, text) = c.run_to_exit(image, &extra, &cmd, Duration::from_secs(300))?;
+    Ok((code.unwrap_or(-1), text))
 }
 
 fn read(f: &Path) -> Result<String> {

@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use integration::{
-    require_shim, test_runtime, unique, wait_for, workspace_root, CgroupGuard, CgroupMode,
-    Containerd, ContainerdVersion,
+    require_shim, wait_for, workspace_root, CgroupMode, Containerd, ContainerdVersion,
 };
 use oci_image_builder::spin;
 
@@ -177,33 +176,8 @@ fn mqtt_triggered_app_through_the_shim() {
 /// `ctr run --rm` (attached) of the command app with `args`; returns ctr's exit code and
 /// output.
 fn run_command(c: &Containerd, image: &str, args: &[&str]) -> Result<(Option<i32>, String)> {
-    let id = unique("spincmd");
-    let root = unique("spintest-");
-    let _guard = CgroupGuard::new(&root);
-    let cgroup = format!("/{root}/{id}");
-    let runtime = test_runtime();
-    let mut argv = vec![
-        "run",
-        "--rm",
-        "--net-host",
-        "--runtime",
-        &runtime,
-        "--cgroup",
-        &cgroup,
-        image,
-        &id,
-        "/",
-    ];
-    argv.extend(args);
-    let out = c.ctr_output(&argv, Duration::from_secs(120));
-    c.force_remove(&id);
-    let out = out?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok((out.status.code(), text))
+    let cmd: Vec<&str> = std::iter::once("/").chain(args.iter().copied()).collect();
+    c.run_to_exit(image, &[], &cmd, Duration::from_secs(120))
 }
 
 fn command_app() -> Result<()> {
