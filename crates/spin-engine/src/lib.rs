@@ -117,15 +117,7 @@ impl Engine for SpinEngine {
                 rootfs: p.rootfs.to_path_buf(),
             });
         }
-        let memory_limit = p
-            .spec
-            .linux()
-            .as_ref()
-            .and_then(|l| l.resources().as_ref())
-            .and_then(|r| r.memory().as_ref())
-            .and_then(|m| m.limit())
-            .filter(|l| *l > 0)
-            .map(|l| l as u64);
+        let memory_limit = wasm_shim_core::executor::spec_memory_limit(p.spec);
         let cache_dir = cache_mount::host_dir();
         let sandbox =
             compile_helper::Sandbox::for_container(&cache_dir, p.placement, memory_limit)?;
