@@ -5,11 +5,12 @@
 
 use super::*;
 
-impl Service {
-    pub(super) async fn create_inner(
+impl Machine {
+    /// [`Backend::create`] on this machine: the container's init pid and its record.
+    pub(super) async fn create_container(
         &self,
         req: &api::CreateTaskRequest,
-    ) -> anyhow::Result<Arc<Ctr>> {
+    ) -> anyhow::Result<(i32, Persisted)> {
         let bundle = PathBuf::from(&req.bundle);
         let systemd_opt = cgroup_placement::systemd_option(req.options.as_ref())?;
         let mut spec = libcontainer::oci_spec::runtime::Spec::load(bundle.join("config.json"))
@@ -21,15 +22,11 @@ impl Service {
             .as_ref()
             .and_then(|l| l.cgroups_path().clone())
             .map(|p| p.to_string_lossy().into_owned());
-        let mut placement = cgroup_placement::decide(
-            cgroups_path.as_deref(),
-            &req.id,
-            systemd_opt,
-            &self.inner.host,
-        )?;
+        let mut placement =
+            cgroup_placement::decide(cgroups_path.as_deref(), &req.id, systemd_opt, &self.host)?;
         placement.claim()?;
-        placement.rewrite_spec(&mut spec, &self.inner.host);
-        let device_filter = device_filter_check(&self.inner.host, &mut spec);
+        placement.rewrite_spec(&mut spec, &self.host);
+        let device_filter = device_filter_check(&self.host, &mut spec);
         let device_rules = spec
             .linux()
             .as_ref()
@@ -72,7 +69,7 @@ impl Service {
             let resources = spec.linux().as_ref().and_then(|l| l.resources().clone());
             persisted
                 .placement
-                .create_with_limits(&self.inner.host, resources.as_ref())?;
+                .create_with_limits(&self.host, resources.as_ref())?;
             self.prepare_engines(
                 &req.id,
                 &bundle,
@@ -92,7 +89,7 @@ impl Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
             };
-            let z = self.inner.zygote.clone();
+            let z = self.zygote.clone();
             let pid = tokio::task::spawn_blocking(move || z.create(&zreq)).await??;
             persisted.placement.add_process(pid)?;
             // The container's process waits for Start: the filter is in place before
@@ -127,22 +124,11 @@ impl Service {
                 return Err(e);
             }
         };
-        let (tx, _) = watch::channel(None);
-        let ctr = Arc::new(Ctr {
-            id: req.id.clone(),
-            bundle,
-            pid,
-            io: (req.stdin.clone(), req.stdout.clone(), req.stderr.clone()),
-            persisted,
-            phase: Mutex::new(Phase::Created),
-            exit: tx,
-            gate: lifecycle::StartGate::new(),
-        });
-        Ok(ctr)
+        Ok((pid, persisted))
     }
 }
 
-impl Service {
+impl Machine {
     /// Lets every engine prepare the container ([`crate::engine::Engine::prepare`]).
     async fn prepare_engines(
         &self,
@@ -165,7 +151,7 @@ impl Service {
         for engine in crate::engines() {
             let mut p = crate::engine::Prepare {
                 id,
-                namespace: &self.inner.namespace,
+                namespace: &self.namespace,
                 bundle,
                 rootfs: &rootfs,
                 state_root,

@@ -3,8 +3,10 @@
 
 use super::*;
 
-impl Service {
-    pub(super) async fn on_exit(&self, pid: i32, code: i32) {
+impl<B: Backend> Service<B> {
+    /// Reports that `pid`, a child of this process, exited with `code` (as the process
+    /// monitor does for every reaped pid).
+    pub async fn on_exit(&self, pid: i32, code: i32) {
         let exit = Exit {
             code: code as u32,
             at: Timestamp::now(),
@@ -22,7 +24,7 @@ impl Service {
 
     /// Records the task's exit at once; publishes TaskExit now, or after TaskStart when a
     /// Start is under way.
-    pub(super) async fn record_exit(&self, c: &Ctr, exit: Exit) {
+    pub(super) async fn record_exit(&self, c: &Ctr<B::Container>, exit: Exit) {
         // Under the exit channel's lock, so a concurrent state change cannot undo Stopped
         // (see `Service::transition`).
         let first = c.exit.send_if_modified(|cur| {

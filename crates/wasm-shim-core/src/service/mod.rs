@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use cgroup_placement::Host;
 use containerd_shim::asynchronous::monitor::monitor_subscribe;
@@ -32,25 +33,45 @@ use crate::error::ShimError;
 use crate::state::{self, Persisted};
 use crate::zygote::{self, LIBCONTAINER_ID};
 
+mod backend;
 mod create;
 mod exits;
 mod lifecycle;
 mod task;
+#[cfg(test)]
+mod tests;
 
+pub use backend::{Backend, Machine, StateChange};
 use lifecycle::lock;
 
-fn not_found(id: &str) -> ttrpc::Error {
+fn not_found(id: &str) -> anyhow::Error {
     ShimError::NotFound(format!("task {id} not found")).into()
 }
-fn internal(e: impl std::fmt::Display) -> ttrpc::Error {
+fn internal(e: impl std::fmt::Display) -> anyhow::Error {
     ShimError::Internal(e.to_string()).into()
 }
-fn unsupported(what: &str) -> ttrpc::Error {
+fn unsupported(what: &str) -> anyhow::Error {
     ShimError::Unimplemented(format!(
         "{what} is not supported by {}",
         crate::shim_names().runtime_id
     ))
     .into()
+}
+
+/// Every Task method's error as containerd receives it ([`crate::error::to_ttrpc`]: the code
+/// of the first typed error in the chain, the whole chain as the message). Failures of the
+/// shim itself are logged here; answers about the caller's request (unknown task, wrong
+/// phase, unsupported) are containerd's to report.
+fn status(method: &str, id: &str, e: anyhow::Error) -> ttrpc::Error {
+    let code = crate::error::code_of(&e);
+    if matches!(code, ttrpc::Code::INTERNAL | ttrpc::Code::UNKNOWN)
+        || (method == "create" && code != ttrpc::Code::ALREADY_EXISTS)
+    {
+        tracing::error!(%id, "{method} failed: {e:#}");
+    } else {
+        tracing::debug!(%id, "{method}: {e:#}");
+    }
+    crate::error::to_ttrpc(&e)
 }
 
 /// Lifecycle of a task as containerd sees it.
@@ -68,19 +89,20 @@ struct Exit {
     at: Timestamp,
 }
 
-struct Ctr {
+struct Ctr<C> {
     id: String,
     bundle: PathBuf,
     pid: i32,
     io: (String, String, String),
-    persisted: Persisted,
+    /// The backend's record of the container.
+    container: C,
     phase: Mutex<Phase>,
     exit: watch::Sender<Option<Exit>>,
     /// Orders Start, Delete and the TaskExit event (see [`lifecycle::StartGate`]).
     gate: lifecycle::StartGate<TaskExit>,
 }
 
-impl Ctr {
+impl<C> Ctr<C> {
     fn phase(&self) -> Phase {
         *lock(&self.phase)
     }
@@ -92,27 +114,32 @@ impl Ctr {
     }
 }
 
-struct Inner {
-    namespace: String,
-    containers: Mutex<HashMap<String, Arc<Ctr>>>,
+struct Inner<B: Backend> {
+    backend: B,
+    containers: Mutex<HashMap<String, Arc<Ctr<B::Container>>>>,
     /// Exits of pids not (yet) known as a container init, for the creates in flight.
     exits: lifecycle::ExitRouter<Exit>,
     /// Ids whose Create is under way.
     reservations: lifecycle::Reservations,
-    zygote: Arc<zygote::Client>,
-    publisher: RemotePublisher,
     exit_signal: Arc<ExitSignal>,
-    host: Host,
 }
 
-/// The Task service.
-#[derive(Clone)]
-pub struct Service {
-    inner: Arc<Inner>,
+/// The Task service over a [`Backend`] ([`Machine`] in the shim).
+pub struct Service<B: Backend = Machine> {
+    inner: Arc<Inner<B>>,
 }
 
-impl Service {
-    /// Creates the service and starts the task that turns reaped pids into task exits.
+impl<B: Backend> Clone for Service<B> {
+    fn clone(&self) -> Self {
+        Service {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl Service<Machine> {
+    /// Creates the service on this machine and starts the task that turns reaped pids into
+    /// task exits.
     pub async fn new(
         namespace: String,
         zygote: Arc<zygote::Client>,
@@ -123,18 +150,10 @@ impl Service {
             tracing::error!("cannot detect the host's cgroup layout: {e:#}");
             std::process::exit(1)
         });
-        let svc = Service {
-            inner: Arc::new(Inner {
-                namespace,
-                containers: Mutex::new(HashMap::new()),
-                exits: lifecycle::ExitRouter::new(),
-                reservations: lifecycle::Reservations::new(),
-                zygote,
-                publisher,
-                exit_signal,
-                host,
-            }),
-        };
+        let svc = Service::with_backend(
+            Machine::new(namespace, zygote, publisher, host),
+            exit_signal,
+        );
         let mut sub = monitor_subscribe(Topic::Pid)
             .await
             .expect("subscribing to process exits");
@@ -155,8 +174,23 @@ impl Service {
         });
         svc
     }
+}
 
-    fn get(&self, id: &str) -> TtrpcResult<Arc<Ctr>> {
+impl<B: Backend> Service<B> {
+    /// The service over `backend`; reaped pids reach it through [`Service::on_exit`].
+    pub fn with_backend(backend: B, exit_signal: Arc<ExitSignal>) -> Self {
+        Service {
+            inner: Arc::new(Inner {
+                backend,
+                containers: Mutex::new(HashMap::new()),
+                exits: lifecycle::ExitRouter::new(),
+                reservations: lifecycle::Reservations::new(),
+                exit_signal,
+            }),
+        }
+    }
+
+    fn get(&self, id: &str) -> anyhow::Result<Arc<Ctr<B::Container>>> {
         lock(&self.inner.containers)
             .get(id)
             .cloned()
@@ -164,43 +198,31 @@ impl Service {
     }
 
     async fn publish(&self, topic: &str, ev: Box<dyn MessageDyn>) {
-        let ctx = containerd_shim::protos::ttrpc::context::Context::default();
-        if let Err(e) = self
-            .inner
-            .publisher
-            .publish(ctx, topic, &self.inner.namespace, ev)
-            .await
-        {
-            tracing::warn!("publishing {topic}: {e}");
-        }
+        self.inner.backend.publish(topic, ev).await
     }
 
-    /// Runs a libcontainer state change (start, pause, resume) on a task that must be in
-    /// phase `from`, and moves it to `to` unless it exited meanwhile.
+    /// Applies a state change (start, pause, resume) to a task that must be in phase
+    /// `from`, and moves it to `to` unless it exited meanwhile.
     async fn transition(
         &self,
         id: &str,
         from: Phase,
         to: Phase,
-        what: &'static str,
-        op: fn(
-            &mut libcontainer::container::Container,
-        ) -> Result<(), libcontainer::error::LibcontainerError>,
-    ) -> TtrpcResult<Arc<Ctr>> {
+        change: StateChange,
+    ) -> anyhow::Result<Arc<Ctr<B::Container>>> {
         let c = self.get(id)?;
         if c.phase() != from {
             return Err(ShimError::FailedPrecondition(format!(
-                "cannot {what} task {id}: it is {:?}, not {from:?}",
+                "cannot {} task {id}: it is {:?}, not {from:?}",
+                change.verb(),
                 c.phase()
             ))
             .into());
         }
-        let root = c.persisted.state_root.clone();
-        tokio::task::spawn_blocking(move || -> TtrpcResult<()> {
-            op(&mut load_container(&root)?).map_err(|e| internal(format!("{what}: {e}")))
-        })
-        .await
-        .map_err(internal)??;
+        self.inner
+            .backend
+            .change_state(&c.container, change)
+            .await?;
         // Under the exit channel's lock: a task that exited meanwhile stays Stopped.
         c.exit.send_if_modified(|exit| {
             if exit.is_none() {
@@ -210,14 +232,4 @@ impl Service {
         });
         Ok(c)
     }
-}
-
-fn kill_pid(pid: i32, sig: i32) -> nix::Result<()> {
-    let sig = nix::sys::signal::Signal::try_from(sig)?;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
-}
-
-fn load_container(state_root: &Path) -> TtrpcResult<libcontainer::container::Container> {
-    libcontainer::container::Container::load(state_root.join(LIBCONTAINER_ID))
-        .map_err(|e| internal(format!("loading container state: {e}")))
 }
