@@ -23,7 +23,9 @@ mod app_log;
 pub mod chain;
 pub mod compile_cache;
 pub mod componentize;
+mod h2c;
 pub mod host;
+pub mod inbound_tls;
 pub mod limits;
 pub mod metrics;
 pub mod middleware;
@@ -265,8 +267,9 @@ fn serve_in_runtime(
             args,
             listener,
             |addr| {
+                let scheme = if config.tls.is_some() { "https" } else { "http" };
                 if let Some(addr) = addr {
-                    tracing::info!("Serving http://{addr}");
+                    tracing::info!("Serving {scheme}://{addr}");
                 }
             },
             shutdown,

@@ -88,6 +88,8 @@ pub struct RuntimeConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// When a component the compile cache misses starts on baseline code ([`crate::tier`]).
     pub tiering: crate::tier::TieringConfig,
+    /// Inbound TLS ([`crate::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
+    pub tls: Option<crate::inbound_tls::InboundTls>,
 }
 
 fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -143,7 +145,9 @@ impl RuntimeConfig {
             })?),
         };
         let tiering = crate::tier::TieringConfig::from_lookup(|k| lookup(env, k))?;
+        let tls = crate::inbound_tls::InboundTls::from_lookup(|k| lookup(env, k))?;
         Ok(RuntimeConfig {
+            tls,
             metrics_addr,
             tiering,
             listen,

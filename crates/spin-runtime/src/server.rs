@@ -1,4 +1,5 @@
-//! The HTTP trigger: accepts connections, routes requests to components, adds the Spin
+//! The HTTP trigger: accepts connections (HTTP/1.1, and HTTP/2 by prior knowledge, by
+//! `Upgrade: h2c` or by ALPN over TLS), routes requests to components, adds the Spin
 //! request headers, serves the built-in `/.well-known/spin/` endpoints, and shuts down
 //! gracefully (stop accepting, drain in-flight requests within a bound).
 
@@ -12,13 +13,15 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tracing::Instrument as _;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
+use crate::inbound_tls::InboundTls;
 use crate::routing::{RouteMatch, WELL_KNOWN_PREFIX};
 use crate::runtime::{HttpPre, LoadedApp};
 
@@ -66,6 +69,7 @@ async fn handle(
     mut req: Request<Incoming>,
     client: SocketAddr,
     local: SocketAddr,
+    scheme: HttpScheme,
 ) -> Response<HyperOutgoingBody> {
     let path = req.uri().path().to_string();
     if let Some(rest) = path.strip_prefix(WELL_KNOWN_PREFIX) {
@@ -105,17 +109,21 @@ async fn handle(
     // server uses (and breaks guests that forward requests).
     req.headers_mut().remove(http::header::CONNECTION);
     if !req.headers().contains_key(http::header::HOST) {
-        req.headers_mut()
-            .insert(http::header::HOST, header_value(&local.to_string()));
+        // HTTP/2 carries the host as the URI's authority (`:authority`).
+        let host = match req.uri().authority() {
+            Some(a) => header_value(a.as_str()),
+            None => header_value(&local.to_string()),
+        };
+        req.headers_mut().insert(http::header::HOST, host);
     }
-    add_spin_headers(&mut req, &route, client);
+    add_spin_headers(&mut req, &route, client, scheme);
     otel_export::count_request("http", &app.app.name, &component.id);
     let timing = app
         .metrics
         .as_ref()
         .map(|m| (m.start(), std::time::Instant::now()));
     let span = request_span(&req, &route.route, &component.id);
-    let resp = match call_component(&app, &component, req)
+    let resp = match call_component(&app, &component, req, scheme)
         .instrument(span.clone())
         .await
     {
@@ -165,7 +173,12 @@ fn request_span<B>(req: &Request<B>, route: &str, component: &str) -> tracing::S
 }
 
 /// Adds the headers Spin gives every component request.
-fn add_spin_headers<B>(req: &mut Request<B>, route: &RouteMatch, client: SocketAddr) {
+fn add_spin_headers<B>(
+    req: &mut Request<B>,
+    route: &RouteMatch,
+    client: SocketAddr,
+    scheme: HttpScheme,
+) {
     const FULL_URL: HeaderName = HeaderName::from_static("spin-full-url");
     const PATH_INFO: HeaderName = HeaderName::from_static("spin-path-info");
     const MATCHED_ROUTE: HeaderName = HeaderName::from_static("spin-matched-route");
@@ -179,7 +192,7 @@ fn add_spin_headers<B>(req: &mut Request<B>, route: &RouteMatch, client: SocketA
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
     let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let full_url = owned_header_value(format!("http://{host}{path_and_query}"));
+    let full_url = owned_header_value(format!("{}://{host}{path_and_query}", scheme.as_str()));
     let matched_route = header_value(&route.route);
     let h = req.headers_mut();
     h.insert(FULL_URL, full_url);
@@ -200,6 +213,30 @@ fn add_spin_headers<B>(req: &mut Request<B>, route: &RouteMatch, client: SocketA
 /// As [`header_value`], taking the string without copying it.
 fn owned_header_value(s: String) -> HeaderValue {
     HeaderValue::try_from(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// How a request reached the server: plain TCP or TLS (the scheme of `spin-full-url` and of
+/// the guest's request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpScheme {
+    Http,
+    Https,
+}
+
+impl HttpScheme {
+    fn as_str(self) -> &'static str {
+        match self {
+            HttpScheme::Http => "http",
+            HttpScheme::Https => "https",
+        }
+    }
+
+    fn wasi(self) -> Scheme {
+        match self {
+            HttpScheme::Http => Scheme::Http,
+            HttpScheme::Https => Scheme::Https,
+        }
+    }
 }
 
 /// Why a component call gave no response.
@@ -231,6 +268,7 @@ async fn call_component<B>(
     app: &LoadedApp,
     component: &Arc<crate::runtime::PreparedComponent>,
     req: Request<B>,
+    scheme: HttpScheme,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -241,14 +279,14 @@ where
     {
         HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
-        HttpPre::P3(pre) => return call_component_p3(app, component, pre, req).await,
+        HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
     };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
         .data_mut()
         .http()
-        .new_incoming_request(Scheme::Http, req)
+        .new_incoming_request(scheme.wasi(), req)
         .map_err(anyhow::Error::from)?;
     let out = store
         .data_mut()
@@ -491,6 +529,7 @@ async fn call_component_p3<B>(
     component: &Arc<crate::runtime::PreparedComponent>,
     pre: &wasmtime_wasi_http::p3::bindings::ServicePre<crate::InstanceState>,
     req: Request<B>,
+    scheme: HttpScheme,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -498,7 +537,7 @@ where
 {
     use wasmtime_wasi_http::handler::{ExpirationError, InstantiationError, TrapOrPanicError};
     let instances = app.p3_instances(component, pre);
-    let req = absolute_uri(req).map(|body| body.map_err(Into::into).boxed_unsync());
+    let req = absolute_uri(req, scheme).map(|body| body.map_err(Into::into).boxed_unsync());
     let started = std::time::Instant::now();
     let e = match instances.handle(tracing::Span::current(), req).await {
         Ok(response) => return Ok(response),
@@ -530,9 +569,9 @@ where
     .into())
 }
 
-/// `req` with an absolute `http://` URI, its authority from the `Host` header (which
-/// [`handle`] always sets).
-fn absolute_uri<B>(mut req: Request<B>) -> Request<B> {
+/// `req` with an absolute `http://` (or, over TLS, `https://`) URI, its authority from the
+/// `Host` header (which [`handle`] always sets).
+fn absolute_uri<B>(mut req: Request<B>, scheme: HttpScheme) -> Request<B> {
     if req.uri().authority().is_some() {
         return req;
     }
@@ -545,7 +584,10 @@ fn absolute_uri<B>(mut req: Request<B>) -> Request<B> {
         return req;
     };
     let mut parts = req.uri().clone().into_parts();
-    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.scheme = Some(match scheme {
+        HttpScheme::Http => http::uri::Scheme::HTTP,
+        HttpScheme::Https => http::uri::Scheme::HTTPS,
+    });
     parts.authority = Some(host);
     if parts.path_and_query.is_none() {
         parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
@@ -576,8 +618,8 @@ pub(crate) async fn call_chained(
         path_info: req.uri().path().to_string(),
         captures: Vec::new(),
     };
-    add_spin_headers(&mut req, &route, CHAINED_CLIENT_ADDR);
-    match call_component(app, component, req).await {
+    add_spin_headers(&mut req, &route, CHAINED_CLIENT_ADDR, HttpScheme::Http);
+    match call_component(app, component, req, HttpScheme::Http).await {
         Ok(r) => Ok(r),
         Err(CallError::Deadline) => Ok(text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout")),
         Err(CallError::Failed(e)) => {
@@ -737,78 +779,245 @@ impl Drop for Busy {
     }
 }
 
-/// Serves one accepted connection until it ends, is idle for `idle`, makes no write
-/// progress for the write timeout ([`WriteProgress`]), or `stop` fires (then it finishes its
-/// current request and closes).
-async fn serve_connection(
-    app: Arc<LoadedApp>,
-    stream: tokio::net::TcpStream,
-    client: SocketAddr,
-    local: SocketAddr,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let limits = app.limits.clone();
-    let activity = Arc::new(Activity {
-        busy: Default::default(),
-        last: std::sync::Mutex::new(tokio::time::Instant::now()),
-    });
-    let service_activity = activity.clone();
-    let service = hyper::service::service_fn(move |req| {
-        let app = app.clone();
-        let busy = Busy::new(&service_activity);
-        async move {
-            let r = handle(app, req, client, local).await;
-            drop(busy);
-            Ok::<_, std::convert::Infallible>(r)
-        }
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
+/// Most requests one HTTP/2 connection serves at once (`SETTINGS_MAX_CONCURRENT_STREAMS`,
+/// the least RFC 7540 advises); an HTTP/1.1 connection serves one at a time.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Largest HTTP/2 header list accepted (`SETTINGS_MAX_HEADER_LIST_SIZE`): what hyper's
+/// HTTP/1.1 server buffers for a request head (8 KiB + 100 x 4 KiB), so that a request too
+/// large for one protocol is too large for the other.
+pub const H2_MAX_HEADER_LIST_SIZE: u32 = 8192 + 4096 * 100;
+
+/// An `Upgrade: h2c` request answered with 101: the connection to take over, and the
+/// request as the frames of stream 1 ([`crate::h2c`]).
+struct PendingUpgrade {
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    frames: Bytes,
+}
+
+type UpgradeSlot = Arc<std::sync::Mutex<Option<PendingUpgrade>>>;
+
+/// How every connection is served: HTTP/1.1, or HTTP/2 when it opens with the HTTP/2
+/// preface (h2c prior knowledge, or h2 chosen by ALPN), with the same timeouts.
+fn connection_builder(limits: &crate::limits::Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .keep_alive(true)
-        .serve_connection(
-            TokioIo::new(WriteProgress::new(stream, limits.write_timeout)),
-            service,
-        );
-    tokio::pin!(conn);
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(H2_MAX_HEADER_LIST_SIZE);
+    b
+}
+
+/// The service of one connection: counts requests in flight for the idle timeout; with an
+/// `upgrade` slot (cleartext HTTP/1.1), answers an `Upgrade: h2c` request with 101 and
+/// leaves it in the slot for [`serve_http`].
+fn connection_service(
+    app: Arc<LoadedApp>,
+    activity: Arc<Activity>,
+    (client, local): (SocketAddr, SocketAddr),
+    scheme: HttpScheme,
+    upgrade: Option<UpgradeSlot>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<HyperOutgoingBody>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response<HyperOutgoingBody>, std::convert::Infallible>>
+                 + Send
+                 + 'static,
+> + Clone {
+    hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let app = app.clone();
+        let busy = Busy::new(&activity);
+        let upgrade = upgrade.clone().filter(|_| crate::h2c::wants_upgrade(&req));
+        let pending = upgrade.map(|slot| {
+            let frames = crate::h2c::stream_one(&req);
+            (slot, hyper::upgrade::on(&mut req), frames)
+        });
+        async move {
+            if let Some((slot, on_upgrade, frames)) = pending {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(PendingUpgrade { on_upgrade, frames });
+                drop(busy);
+                let r = empty(StatusCode::SWITCHING_PROTOCOLS);
+                return Ok(crate::h2c::switching_protocols(r));
+            }
+            let r = handle(app, req, client, local, scheme).await;
+            drop(busy);
+            Ok(r)
+        }
+    })
+}
+
+/// How serving a connection ended.
+enum Ended {
+    /// The connection closed (or failed, or idled out).
+    Closed,
+    /// The server is shutting down: nothing more is served on it.
+    Stopped,
+}
+
+/// The I/O error with kind `TimedOut` in `e`'s chain (the write timeout), if any.
+fn timed_out<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return Some(io);
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Drives `conn` until it ends, is idle for the idle timeout, or `stop` fires (then it
+/// finishes its current requests and closes): `shutdown` starts its graceful shutdown.
+async fn drive<C, E>(
+    mut conn: std::pin::Pin<&mut C>,
+    shutdown: fn(std::pin::Pin<&mut C>),
+    activity: &Activity,
+    idle_timeout: Option<Duration>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+    client: SocketAddr,
+) -> Ended
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     loop {
-        let idle_check = match limits.idle_timeout {
+        let idle_check = match idle_timeout {
             Some(idle) => activity.last() + idle,
             None => tokio::time::Instant::now() + Duration::from_secs(86400),
         };
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
-                    let timed_out = std::error::Error::source(&e)
-                        .and_then(|s| s.downcast_ref::<std::io::Error>())
-                        .filter(|io| io.kind() == std::io::ErrorKind::TimedOut);
-                    match timed_out {
+                    let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+                    match timed_out(&*e) {
                         Some(io) => tracing::info!(%client, "closing connection: {io}"),
                         None => tracing::debug!(%client, "connection error: {e}"),
                     }
                 }
-                return;
+                return Ended::Closed;
             }
             _ = stop.changed() => {
-                conn.as_mut().graceful_shutdown();
+                shutdown(conn.as_mut());
                 let _ = conn.await;
-                return;
+                return Ended::Stopped;
             }
-            _ = tokio::time::sleep_until(idle_check), if limits.idle_timeout.is_some() => {
-                let idle = limits.idle_timeout.unwrap_or_default();
+            _ = tokio::time::sleep_until(idle_check), if idle_timeout.is_some() => {
+                let idle = idle_timeout.unwrap_or_default();
                 let quiet = activity.busy.load(std::sync::atomic::Ordering::SeqCst) == 0;
                 if quiet && activity.last() + idle <= tokio::time::Instant::now() {
                     tracing::debug!(%client, "closing connection idle for {idle:?}");
-                    conn.as_mut().graceful_shutdown();
+                    shutdown(conn.as_mut());
                     let _ = conn.await;
-                    return;
+                    return Ended::Closed;
                 }
             }
         }
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and
+/// Serves HTTP/1.1 and HTTP/2 on `io` until the connection ends, is idle for the idle
+/// timeout, makes no write progress for the write timeout ([`WriteProgress`]), or `stop`
+/// fires. A cleartext HTTP/1.1 connection upgraded to h2c goes on as HTTP/2 under the same
+/// bounds.
+async fn serve_http<I>(
+    app: Arc<LoadedApp>,
+    io: I,
+    scheme: HttpScheme,
+    peers: (SocketAddr, SocketAddr),
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let limits = app.limits.clone();
+    let client = peers.0;
+    let activity = Arc::new(Activity {
+        busy: Default::default(),
+        last: std::sync::Mutex::new(tokio::time::Instant::now()),
+    });
+    let slot = (scheme == HttpScheme::Http).then(UpgradeSlot::default);
+    {
+        let builder = connection_builder(&limits);
+        let service =
+            connection_service(app.clone(), activity.clone(), peers, scheme, slot.clone());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        let shutdown = |c: std::pin::Pin<&mut _>| auto::UpgradeableConnection::graceful_shutdown(c);
+        if let Ended::Stopped =
+            drive(conn, shutdown, &activity, limits.idle_timeout, stop, client).await
+        {
+            return;
+        }
+    }
+    let Some(pending) = slot.and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take())
+    else {
+        return;
+    };
+    let upgraded = match pending.on_upgrade.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(%client, "h2c upgrade failed: {e}");
+            return;
+        }
+    };
+    let io = crate::h2c::StreamOne::new(TokioIo::new(upgraded), pending.frames);
+    let service = connection_service(app, activity.clone(), peers, scheme, None);
+    let builder = connection_builder(&limits).http2_only();
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let shutdown = |c: std::pin::Pin<&mut _>| auto::Connection::graceful_shutdown(c);
+    drive(conn, shutdown, &activity, limits.idle_timeout, stop, client).await;
+}
+
+/// Serves one accepted connection: over TLS when `tls` is given (after a handshake bounded
+/// by the header-read timeout), else in cleartext; see [`serve_http`].
+async fn serve_connection(
+    app: Arc<LoadedApp>,
+    stream: tokio::net::TcpStream,
+    peers: (SocketAddr, SocketAddr),
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    tls: Option<InboundTls>,
+) {
+    let io = WriteProgress::new(stream, app.limits.write_timeout);
+    let Some(tls) = tls else {
+        return serve_http(app, io, HttpScheme::Http, peers, &mut stop).await;
+    };
+    // A client that never finishes its handshake would hold a connection slot.
+    let bound = app
+        .limits
+        .header_read_timeout
+        .or(app.limits.idle_timeout)
+        .unwrap_or(Duration::from_secs(86400));
+    let handshake = tokio::time::timeout(bound, tls.acceptor().accept(io));
+    let stream = tokio::select! {
+        r = handshake => match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(client = %peers.0, "TLS handshake failed: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(
+                    client = %peers.0,
+                    "closing connection: no TLS handshake within {bound:?} (set {} to change it)",
+                    crate::limits::HEADER_READ_TIMEOUT_ENV
+                );
+                return;
+            }
+        },
+        _ = stop.changed() => return,
+    };
+    serve_http(app, stream, HttpScheme::Https, peers, &mut stop).await;
+}
+
+/// Serves `app` on `listener` (HTTP/1.1 and HTTP/2; over TLS with ALPN when `tls` is given)
+/// until `shutdown` completes, then stops accepting and
 /// waits up to `drain` for in-flight requests. At most `max_connections` connections are
 /// served at once (the rest wait in the listen backlog); each closes after its idle,
 /// header-read or write timeout ([`crate::limits::Limits`]). Returns when all connections
@@ -816,10 +1025,14 @@ async fn serve_connection(
 pub async fn serve(
     app: Arc<LoadedApp>,
     listener: TcpListener,
+    tls: Option<InboundTls>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
+    if let Some(tls) = &tls {
+        tracing::info!("serving TLS on {local} (ALPN h2, http/1.1) with {tls:?}");
+    }
     app.chain.bind(&app, local);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -858,8 +1071,9 @@ pub async fn serve(
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let stop = stop_rx.clone();
+                let tls = tls.clone();
                 connections.spawn(async move {
-                    serve_connection(app, stream, client, local, stop).await;
+                    serve_connection(app, stream, (client, local), stop, tls).await;
                     drop(permit);
                 });
                 // Reap finished connection tasks so the set does not grow.

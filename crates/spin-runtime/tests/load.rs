@@ -68,6 +68,7 @@ fn config(cache: Option<&std::path::Path>, app_dir: &std::path::Path) -> Runtime
         staging_dir: None,
         metrics_addr: None,
         tiering: Default::default(),
+        tls: None,
     }
 }
 

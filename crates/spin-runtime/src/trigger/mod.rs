@@ -226,9 +226,10 @@ pub async fn run(
     let drain = config.drain_timeout;
     let mut tasks: tokio::task::JoinSet<TaskResult> = tokio::task::JoinSet::new();
     if let Some(listener) = listener {
-        let (app, mut stop) = (app.clone(), stop.clone());
+        let (app, mut stop, tls) = (app.clone(), stop.clone(), config.tls.clone());
         tasks.spawn(async move {
-            crate::server::serve(app, listener, async move { stop.wait().await }, drain).await?;
+            let stopped = async move { stop.wait().await };
+            crate::server::serve(app, listener, tls, stopped, drain).await?;
             Ok(None)
         });
     }

@@ -1,0 +1,391 @@
+//! HTTP/2 and inbound TLS through `spin-serve` on 127.0.0.1, with real clients: curl
+//! (h2c by prior knowledge and by `Upgrade: h2c`, TLS with ALPN h2 and http/1.1), a tonic
+//! gRPC client (unary call, status in the trailers) and hyper's HTTP/2 client (idle timeout,
+//! graceful shutdown). Certificates come from a private CA made with the openssl CLI.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// What curl printed: stdout (body, then `-w` output), stderr (`-v`), exit status.
+struct Curl {
+    out: String,
+    err: String,
+    ok: bool,
+}
+
+fn curl(args: &[&str]) -> Curl {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60"])
+        .args(args)
+        .output()
+        .expect("curl (Debian package curl)");
+    Curl {
+        out: String::from_utf8_lossy(&out.stdout).into_owned(),
+        err: String::from_utf8_lossy(&out.stderr).into_owned(),
+        ok: out.status.success(),
+    }
+}
+
+/// The HTTP version curl used for each transfer (`-w` lines `v=<version>`).
+fn versions(c: &Curl) -> Vec<&str> {
+    c.out.lines().filter_map(|l| l.strip_prefix("v=")).collect()
+}
+
+const VERSION: &str = "v=%{http_version}\n";
+
+#[test]
+fn h2c_by_prior_knowledge_and_by_upgrade_beside_http1() {
+    let app = prepare_app("spin-grpc");
+    let server = Server::start(app.path(), &[]);
+    let base = format!("http://{}", server.addr);
+
+    // Prior knowledge: the response, its trailers (dumped with the headers) and Spin's URL.
+    let c = curl(&[
+        "--http2-prior-knowledge",
+        "-D",
+        "-",
+        "-w",
+        VERSION,
+        &format!("{base}/x?q=1"),
+    ]);
+    assert!(c.ok, "{}", c.err);
+    assert!(c.out.starts_with("HTTP/2 200"), "{}", c.out);
+    assert!(c.out.contains("x-trailer: done"), "{}", c.out);
+    assert!(
+        c.out.contains(&format!("full-url={base}/x?q=1\n")),
+        "{}",
+        c.out
+    );
+    assert_eq!(versions(&c), ["2"]);
+
+    // The health endpoint answers over HTTP/2 too.
+    let c = curl(&[
+        "--http2-prior-knowledge",
+        "-w",
+        "\nv=%{http_version}\n",
+        &format!("{base}/.well-known/spin/health"),
+    ]);
+    assert_eq!(c.out, "OK\nv=2\n", "{}", c.err);
+
+    // Upgrade: 101, the first request answered as stream 1, the next one on the same
+    // connection (stream 3).
+    let c = curl(&[
+        "-v",
+        "--http2",
+        "-w",
+        VERSION,
+        &format!("{base}/first"),
+        &format!("{base}/second"),
+    ]);
+    assert!(c.ok, "{}", c.err);
+    assert!(
+        c.err.contains("HTTP/1.1 101 Switching Protocols"),
+        "{}",
+        c.err
+    );
+    assert!(c.err.contains("< x-trailer: done"), "{}", c.err);
+    assert!(c.err.contains("Re-using existing connection"), "{}", c.err);
+    assert_eq!(versions(&c), ["2", "2"]);
+    assert!(c.out.contains("path=/first\n"), "{}", c.out);
+    assert!(c.out.contains("path=/second\n"), "{}", c.out);
+
+    // A request with a body is answered in HTTP/1.1 (the upgrade is ignored, as allowed).
+    let c = curl(&[
+        "--http2",
+        "-d",
+        "hello",
+        "-w",
+        VERSION,
+        &format!("{base}/post"),
+    ]);
+    assert!(c.out.contains("body-len=5\n"), "{}", c.out);
+    assert_eq!(versions(&c), ["1.1"]);
+
+    // A 3 MB request body streams through HTTP/2 flow control.
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![7u8; 3_000_000]).unwrap();
+    let c = curl(&[
+        "--http2-prior-knowledge",
+        "--data-binary",
+        &format!("@{}", big.display()),
+        &format!("{base}/big"),
+    ]);
+    assert!(c.out.contains("body-len=3000000\n"), "{} {}", c.out, c.err);
+
+    // HTTP/1.1 as before.
+    let r = server.get("/plain");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("path=/plain\n"), "{}", r.text());
+}
+
+/// A private CA and a certificate for localhost / 127.0.0.1 in a fresh dir.
+fn pki() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    make_pki(dir.path());
+    dir
+}
+
+fn tls_env(pki: &Path) -> [(String, String); 2] {
+    [
+        (
+            "SPIN_TLS_CERT".into(),
+            pki.join("server.pem").display().to_string(),
+        ),
+        (
+            "SPIN_TLS_KEY".into(),
+            pki.join("server.key").display().to_string(),
+        ),
+    ]
+}
+
+fn start_tls(app: &Path, pki: &Path) -> Server {
+    let env = tls_env(pki);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Server::start(app, &env)
+}
+
+#[test]
+fn tls_serves_h2_and_http1_by_alpn() {
+    let pki = pki();
+    let ca = pki.path().join("ca.pem").display().to_string();
+    let app = prepare_app("spin-grpc");
+    let server = start_tls(app.path(), pki.path());
+    let port = server.addr.port();
+    let resolve = format!("localhost:{port}:127.0.0.1");
+    let url = format!("https://localhost:{port}/x");
+
+    // ALPN h2 (curl's default over TLS): HTTP/2, trailers, an https:// Spin URL.
+    let c = curl(&[
+        "--cacert",
+        &ca,
+        "--resolve",
+        &resolve,
+        "-D",
+        "-",
+        "-w",
+        VERSION,
+        &url,
+    ]);
+    assert!(c.ok, "{}", c.err);
+    assert!(c.out.starts_with("HTTP/2 200"), "{}", c.out);
+    assert!(c.out.contains("x-trailer: done"), "{}", c.out);
+    assert!(c.out.contains(&format!("full-url={url}\n")), "{}", c.out);
+    assert_eq!(versions(&c), ["2"]);
+
+    // ALPN http/1.1.
+    let c = curl(&[
+        "-v",
+        "--http1.1",
+        "--cacert",
+        &ca,
+        "--resolve",
+        &resolve,
+        "-w",
+        VERSION,
+        &url,
+    ]);
+    assert!(
+        c.err.contains("ALPN: server accepted http/1.1"),
+        "{}",
+        c.err
+    );
+    assert_eq!(versions(&c), ["1.1"], "{}", c.err);
+    assert!(c.out.contains(&format!("full-url={url}\n")), "{}", c.out);
+
+    // The certificate is checked against the private CA: without it, curl refuses.
+    let c = curl(&["--resolve", &resolve, &url]);
+    assert!(!c.ok && c.err.contains("certificate"), "{}", c.err);
+    // Plain HTTP gets no HTTP answer from a TLS listener, and h2c neither.
+    let c = curl(&["-w", VERSION, &format!("http://127.0.0.1:{port}/x")]);
+    assert!(!c.ok, "{}", c.out);
+    let c = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://127.0.0.1:{port}/x"),
+    ]);
+    assert!(!c.ok, "{}", c.out);
+    // The server still serves after those.
+    let c = curl(&["--cacert", &ca, "--resolve", &resolve, "-w", VERSION, &url]);
+    assert_eq!(versions(&c), ["2"], "{}", c.err);
+}
+
+#[test]
+fn tls_settings_errors_name_the_variable_and_the_file() {
+    let pki = pki();
+    let p = |f: &str| pki.path().join(f).display().to_string();
+    let app = prepare_app("spin-grpc");
+    let (cert, key) = (p("server.pem"), p("server.key"));
+
+    let (missing, other) = (p("missing.pem"), p("client.key"));
+    let cases: [(Vec<(&str, &str)>, String); 6] = [
+        (
+            vec![("SPIN_TLS_CERT", &cert)],
+            "SPIN_TLS_CERT is set but SPIN_TLS_KEY is not".into(),
+        ),
+        (
+            vec![("SPIN_TLS_KEY", &key)],
+            "SPIN_TLS_KEY is set but SPIN_TLS_CERT is not".into(),
+        ),
+        (
+            vec![("SPIN_TLS_CERT", &missing), ("SPIN_TLS_KEY", &key)],
+            format!("SPIN_TLS_CERT=`{missing}`: cannot read"),
+        ),
+        (
+            vec![("SPIN_TLS_CERT", &key), ("SPIN_TLS_KEY", &key)],
+            format!("SPIN_TLS_CERT=`{key}` holds no certificate"),
+        ),
+        (
+            vec![("SPIN_TLS_CERT", &cert), ("SPIN_TLS_KEY", &cert)],
+            format!("SPIN_TLS_KEY=`{cert}`: it holds no private key"),
+        ),
+        // The client's key does not belong to the server's certificate.
+        (
+            vec![("SPIN_TLS_CERT", &cert), ("SPIN_TLS_KEY", &other)],
+            format!("SPIN_TLS_KEY=`{other}` cannot serve the certificate"),
+        ),
+    ];
+    for (env, expect) in cases {
+        let e = start_failure(app.path(), &env);
+        assert!(e.contains(&expect), "{env:?}: {e}");
+    }
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloRequest {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloReply {
+    #[prost(string, tag = "1")]
+    message: String,
+}
+
+/// `helloworld.Greeter/SayHello` through tonic on `channel`.
+async fn say_hello(
+    channel: tonic::transport::Channel,
+    name: &str,
+) -> Result<String, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = http::uri::PathAndQuery::from_static("/helloworld.Greeter/SayHello");
+    let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
+    let request = tonic::Request::new(HelloRequest { name: name.into() });
+    let reply = grpc.unary(request, path, codec).await?;
+    Ok(reply.into_inner().message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_unary_call_with_trailers_over_h2c_and_tls() {
+    let app = prepare_app("spin-grpc");
+    let plain = Server::start(app.path(), &[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", plain.addr))
+        .unwrap()
+        .connect()
+        .await
+        .expect("h2c connection");
+    assert_eq!(
+        say_hello(channel.clone(), "world").await.unwrap(),
+        "Hello world"
+    );
+    // The status and message travel only in the trailers.
+    let status = say_hello(channel, "fail").await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(status.message(), "the name must not be fail");
+
+    let pki = pki();
+    let tls = start_tls(app.path(), pki.path());
+    let ca = std::fs::read(pki.path().join("ca.pem")).unwrap();
+    let config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", tls.addr))
+        .unwrap()
+        .tls_config(config)
+        .unwrap()
+        .connect()
+        .await
+        .expect("TLS connection");
+    assert_eq!(
+        say_hello(channel.clone(), "tls").await.unwrap(),
+        "Hello tls"
+    );
+    let status = say_hello(channel, "fail").await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+}
+
+/// An HTTP/2 connection (prior knowledge) to `addr`: the request sender and the
+/// connection task, which ends when the server closes the connection.
+async fn h2_connect(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("HTTP/2 handshake");
+    (sender, tokio::spawn(conn))
+}
+
+async fn h2_get(
+    sender: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    addr: SocketAddr,
+    path: &str,
+) -> String {
+    use http_body_util::BodyExt;
+    let req = http::Request::get(format!("http://{addr}{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.expect("HTTP/2 response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_connections_close_when_idle_and_on_sigterm() {
+    let app = prepare_app("spin-grpc");
+    let server = Server::start(app.path(), &[("SPIN_SHIM_IDLE_TIMEOUT", "300ms")]);
+    let addr = server.addr;
+    let (mut sender, conn) = h2_connect(addr).await;
+    assert!(h2_get(&mut sender, addr, "/a").await.contains("path=/a\n"));
+    // The idle connection is closed by the server (GOAWAY, then EOF).
+    tokio::time::timeout(Duration::from_secs(30), conn)
+        .await
+        .expect("the idle HTTP/2 connection was not closed")
+        .unwrap()
+        .expect("closed cleanly");
+    let log = log_with(&server, "closing connection idle");
+    assert!(log.contains("closing connection idle for 300ms"), "{log}");
+
+    // SIGTERM (default idle timeout, 30 s): an open HTTP/2 connection is shut down
+    // gracefully and the server exits 0.
+    let mut server = Server::start(app.path(), &[]);
+    let addr = server.addr;
+    let (mut sender, conn) = h2_connect(addr).await;
+    assert!(h2_get(&mut sender, addr, "/b").await.contains("path=/b\n"));
+    server.signal("TERM");
+    tokio::time::timeout(Duration::from_secs(30), conn)
+        .await
+        .expect("the HTTP/2 connection outlived SIGTERM")
+        .unwrap()
+        .expect("closed cleanly");
+    let code = tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+}
