@@ -5,6 +5,7 @@
 //! - [`precompile`], [`compile_helper`] and [`cache_mount`]: components compiled in
 //!   unprivileged helpers held by the container's cgroup limits, into the node's root-only
 //!   cache, each container given read-only access to its own entries;
+//! - [`rootfs`]: lookups in a container's rootfs that never follow its links out of it;
 //! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
 //!
 //! A container is Spin's when its command is `/` and its rootfs holds `/spin.toml` or the
@@ -16,6 +17,7 @@ pub mod artifact;
 pub mod cache_mount;
 pub mod compile_helper;
 pub mod precompile;
+pub mod rootfs;
 
 use std::path::{Path, PathBuf};
 
@@ -63,7 +65,11 @@ impl Engine for SpinEngine {
             return Ok(false);
         }
         let root = entry.root;
-        if root.join("spin.toml").is_file() || root.join(APP_DIR).join(LOCKED_FILE).is_file() {
+        let found = |rel: &Path| -> Result<bool, String> {
+            let dir = Dir::open(root).map_err(|e| format!("{e:#}"))?;
+            rootfs::is_regular_file(&dir, rel).map_err(|e| format!("{e:#}"))
+        };
+        if found(Path::new("spin.toml"))? || found(&Path::new(APP_DIR).join(LOCKED_FILE))? {
             return Ok(true);
         }
         Err(format!(
@@ -85,11 +91,7 @@ impl Engine for SpinEngine {
         }
         let id = p.id;
         let rootfs = Dir::open(p.rootfs)?;
-        if rootfs.exists_in_root(Path::new(APP_DIR))? {
-            anyhow::bail!(
-                "container {id}: the image has /{APP_DIR}, a path the shim reserves for the Spin app it mounts read-only; remove it from the image"
-            );
-        }
+        rootfs::check_app_mount_point(&rootfs, id)?;
         let app_dir = p.state_root.join(SPIN_APP_DIR);
         let mut source = None;
         if artifact::wants_artifact(&args, &rootfs) {
