@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use wasm_shim_core::confined::Dir;
-use wasm_shim_core::content::{digest_hex, Containerd};
+use wasm_shim_core::content::{digest_hex, Containerd, Descriptor};
 use wasm_shim_core::untrusted::{extract_tar_gz, shown, Budget, Limits, MAX_JSON_BYTES};
 
 /// Where the container sees the shim's app directory (relative to its root, read-only).
@@ -77,6 +77,8 @@ fn is_rootfs_layer(mt: &str) -> bool {
 /// Reads container `id`'s image from containerd and, if it is a Wasm/Spin artifact,
 /// writes it into `app_dir` (a new directory the shim owns, outside the container's
 /// rootfs; see the module docs). Returns None for images that are not Wasm artifacts.
+/// When containerd's record of the container names no image (Docker 26), `unnamed` says
+/// which image it runs: a name for messages and the descriptor of its manifest or index.
 ///
 /// Only `sha256:<64 hex>` digests are accepted, and the lock may only reference layers
 /// the manifest lists (or files inside its archive layers); every blob is streamed to
@@ -87,9 +89,17 @@ pub async fn materialise(
     namespace: &str,
     id: &str,
     app_dir: &Path,
+    unnamed: impl FnOnce() -> anyhow::Result<(String, Descriptor)>,
 ) -> anyhow::Result<Option<Materialised>> {
     let cd = Containerd::connect(address, namespace).await?;
-    let Some(wasm) = cd.wasm_image(id).await? else {
+    let image = cd.container_image(id).await?;
+    let (image, target) = if image.is_empty() {
+        unnamed()?
+    } else {
+        let target = cd.image_target(&image).await?;
+        (image, target)
+    };
+    let Some(wasm) = cd.wasm_image_at(image, target).await? else {
         return Ok(None);
     };
     let (image, manifest_desc, layers) = (wasm.image, wasm.manifest, wasm.layers);

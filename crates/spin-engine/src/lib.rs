@@ -5,6 +5,8 @@
 //! - [`precompile`], [`compile_helper`] and [`cache_mount`]: components compiled in
 //!   unprivileged helpers held by the container's cgroup limits, into the node's root-only
 //!   cache, each container given read-only access to its own entries;
+//! - [`docker`]: which image a container runs when containerd's record names none (Docker
+//!   Engine 26 and 27 leave it out; their own container config says);
 //! - [`rootfs`]: lookups in a container's rootfs that never follow its links out of it;
 //! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
 //!
@@ -16,6 +18,7 @@
 pub mod artifact;
 pub mod cache_mount;
 pub mod compile_helper;
+pub mod docker;
 pub mod precompile;
 pub mod rootfs;
 
@@ -99,7 +102,11 @@ impl Engine for SpinEngine {
                 !p.containerd_address.is_empty(),
                 "container {id}: command `/` without /spin.toml needs the image from containerd, but the shim got no -address"
             );
-            match artifact::materialise(p.containerd_address, p.namespace, id, &app_dir).await? {
+            let docker_dir = docker::container_dir(p.spec, id);
+            let unnamed = || docker::unnamed_image(docker_dir, id);
+            match artifact::materialise(p.containerd_address, p.namespace, id, &app_dir, unnamed)
+                .await?
+            {
                 Some(m) => {
                     tracing::info!(
                         id,

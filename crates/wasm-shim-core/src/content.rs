@@ -345,12 +345,23 @@ impl Containerd {
     /// say architecture `wasm` or have [`MEDIA_TYPE_WASM_CONFIG`]. None for containers
     /// without an image and for images that are not Wasm artifacts.
     pub async fn wasm_image(&self, id: &str) -> anyhow::Result<Option<WasmImage>> {
-        let cd = self;
-        let image = cd.container_image(id).await?;
+        let image = self.container_image(id).await?;
         if image.is_empty() {
             return Ok(None);
         }
-        let target = cd.image_target(&image).await?;
+        let target = self.image_target(&image).await?;
+        self.wasm_image_at(image, target).await
+    }
+
+    /// The image whose manifest or index is `target` (named `image` in messages) if it is
+    /// a Wasm artifact, resolved as in [`Containerd::wasm_image`]: for a container whose
+    /// record names no image but whose client said which content it runs.
+    pub async fn wasm_image_at(
+        &self,
+        image: String,
+        target: Descriptor,
+    ) -> anyhow::Result<Option<WasmImage>> {
+        let cd = self;
         let what = |s: &str| format!("{s} of image {image}");
         check_digest(&target.digest, &what("the image target"))?;
         let mut manifest_desc = target.clone();
