@@ -346,27 +346,32 @@ fn installed_bin_dir(
     script: &str,
     what: &str,
 ) -> Result<PathBuf> {
-    cell.get_or_init(|| {
-        let script = workspace_root().join(script);
-        let out = output_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(600))
-            .map_err(|e| format!("{e:#}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let dir = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        Ok(PathBuf::from(dir))
-    })
-    .clone()
-    .map_err(|e| anyhow::anyhow!("{what} unavailable: {e}"))
+    cell.get_or_init(|| install_script(script, &[]).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow::anyhow!("{what} unavailable: {e}"))
+}
+
+/// Runs the install script `script` (relative to the workspace) with `args` and returns
+/// the directory it prints last (the scripts fetch into a cache and print where).
+pub fn install_script(script: &str, args: &[&str]) -> Result<PathBuf> {
+    let script = workspace_root().join(script);
+    let out = output_with_timeout(
+        Command::new("bash").arg(&script).args(args),
+        Duration::from_secs(600),
+    )?;
+    ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    Ok(PathBuf::from(dir))
 }
 
 /// A private containerd instance; stopped and cleaned up on drop.
@@ -942,7 +947,8 @@ pub fn pids_running(args: &[&str]) -> Vec<i32> {
     all_pids().filter(|p| cmdline(*p) == args).collect()
 }
 
-fn all_pids() -> impl Iterator<Item = i32> {
+/// Pids of every process on the host (from `/proc`).
+pub fn all_pids() -> impl Iterator<Item = i32> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
