@@ -1,7 +1,7 @@
 //! The Spin application format, with no runtime attached: `spin.toml` version 2 in
 //! ([`manifest`]), the locked app in and out ([`locked`]), typed trigger configuration
 //! ([`trigger`]), the `allowed_http_hosts` conversion ([`hosts`]) and the OCI artifact media
-//! types ([`oci`]), and how untrusted text and files are shown and read ([`untrusted`]).
+//! types ([`oci`]), component sources by URL ([`remote`]), and how untrusted text and files are shown and read ([`untrusted`]).
 //!
 //! Everything here is written from Spin's own definitions (the `spin-manifest`,
 //! `spin-locked-app`, `spin-loader`, `spin-http` and `spin-oci` crates), so a lock this crate
@@ -16,6 +16,7 @@ pub mod locked;
 pub mod manifest;
 pub mod oci;
 mod ordered;
+pub mod remote;
 pub mod trigger;
 pub mod untrusted;
 

@@ -121,7 +121,6 @@ enum SourceToml {
     Local(String),
     Remote {
         url: String,
-        #[allow(dead_code)]
         digest: String,
     },
     Registry {
@@ -795,11 +794,8 @@ pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Middle
 /// are skipped), without touching the filesystem, after checking every `files` entry
 /// stays inside the app. `origin` names the file in errors.
 pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<ComponentSource>> {
-    check_version(text, origin)?;
-    let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
     let mut out = Vec::new();
-    let mut add = |id: String, key: &str, c: &ComponentToml| -> anyhow::Result<()> {
+    each_component(text, origin, |id, key, c| {
         check_files_confined(&c.files, origin, key)?;
         if let SourceToml::Local(source) = &c.source {
             out.push(ComponentSource {
@@ -809,9 +805,43 @@ pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Compone
             });
         }
         Ok(())
-    };
+    })?;
+    Ok(out)
+}
+
+/// The URL sources (`source = { url, digest }`) of manifest `text`'s components, named as
+/// [`component_sources`] names them, without touching the filesystem or the network (the
+/// shim downloads them at Create, [`crate::remote`]). `origin` names the file in errors.
+pub fn remote_sources(
+    text: &str,
+    origin: &str,
+) -> anyhow::Result<Vec<crate::remote::RemoteSource>> {
+    let mut out = Vec::new();
+    each_component(text, origin, |id, _, c| {
+        if let SourceToml::Remote { url, digest } = &c.source {
+            out.push(crate::remote::RemoteSource {
+                id,
+                url: url.clone(),
+                digest: digest.clone(),
+            });
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f(id, key, component)` for each component of manifest `text`, declared or inline
+/// in a trigger (`id` then `trigger.<type>[<n>].component`).
+fn each_component(
+    text: &str,
+    origin: &str,
+    mut f: impl FnMut(String, &str, &ComponentToml) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    check_version(text, origin)?;
+    let manifest: AppManifest =
+        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
     for (id, c) in manifest.components.iter() {
-        add(id.clone(), &format!("component.{id}"), c)?;
+        f(id.clone(), &format!("component.{id}"), c)?;
     }
     for (trigger_type, list) in manifest.triggers.iter() {
         for (index, table) in list.iter().enumerate() {
@@ -833,12 +863,12 @@ pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<Compone
             }
             for (k, v) in specs {
                 if let ComponentSpec::Inline(c) = component_spec(v, origin, &k)? {
-                    add(k.clone(), &k, &c)?;
+                    f(k.clone(), &k, &c)?;
                 }
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The components of manifest `text` that a trigger other than HTTP runs (Redis, MQTT,
@@ -992,10 +1022,12 @@ fn lock_component(
                 }
                 path
             }
-            SourceToml::Remote { url, .. } => bail!(
-                "{origin}: key `{key}.source`: remote sources ({url}) are not supported here; \
-             download the file and give its path, or push the app as an OCI artifact"
-            ),
+            SourceToml::Remote { url, digest } => crate::remote::RemoteSource {
+                id: id.to_string(),
+                url: url.clone(),
+                digest: digest.clone(),
+            }
+            .resolve(&format!("{origin}: key `{key}.source`"))?,
             SourceToml::Registry {
                 registry,
                 package,

@@ -540,6 +540,37 @@ dependencies = { "x:y/z" = { path = "z.wasm" } }
 }
 
 #[test]
+fn remote_sources_are_listed_without_fetching() {
+    let d = "sha256:".to_string() + &"ab".repeat(32);
+    let text = format!(
+        "spin_manifest_version = 2\n[application]\nname = \"a\"\n[[trigger.http]]\n\
+         route = \"/a\"\ncomponent = {{ source = {{ url = \"https://h/i.wasm\", digest = \"{d}\" }} }}\n\
+         [[trigger.http]]\nroute = \"/b\"\ncomponent = \"c\"\n[component.c]\n\
+         source = {{ url = \"https://h/c.wasm\", digest = \"{d}\" }}\n[component.l]\nsource = \"l.wasm\"\n"
+    );
+    let got: Vec<_> = manifest::remote_sources(&text, "m")
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.id, r.url, r.digest))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("c".into(), "https://h/c.wasm".into(), d.clone()),
+            (
+                "trigger.http[0].component".into(),
+                "https://h/i.wasm".into(),
+                d.clone()
+            )
+        ]
+    );
+    assert!(manifest::component_sources(&text, "m")
+        .unwrap()
+        .iter()
+        .all(|s| s.id == "l"));
+}
+
+#[test]
 fn event_trigger_components_are_named_as_component_sources_names_them() {
     let text = r#"spin_manifest_version = 2
 [application]

@@ -140,26 +140,32 @@ pub async fn precompile(
     .context("compile task failed")?
 }
 
+/// A read-only, nosuid, nodev bind mount of host `src` at container path `dst`.
+pub fn read_only_bind(
+    src: &Path,
+    dst: &str,
+) -> anyhow::Result<libcontainer::oci_spec::runtime::Mount> {
+    MountBuilder::default()
+        .destination(dst)
+        .typ("bind")
+        .source(src)
+        .options(vec![
+            "rbind".to_string(),
+            "ro".to_string(),
+            "nosuid".to_string(),
+            "nodev".to_string(),
+        ])
+        .build()
+        .context("Spin app mount")
+}
+
 /// Gives the container read-only access to `app_dir` at [`APP_MOUNT`] and to exactly
 /// `entries` below it at [`CONTAINER_DIR`], and points its runtime at them (read-only).
 /// Creates the mount points in `app_dir`; drops any mount of the spec at those paths.
 pub fn attach(spec: &mut Spec, app_dir: &Path, entries: &[Entry]) -> anyhow::Result<()> {
     let app = wasm_shim_core::confined::Dir::create(app_dir)?;
     let compiled = app.create_dir_all(Path::new(COMPILED_DIR))?;
-    let ro = |src: &Path, dst: &str| {
-        MountBuilder::default()
-            .destination(dst)
-            .typ("bind")
-            .source(src)
-            .options(vec![
-                "rbind".to_string(),
-                "ro".to_string(),
-                "nosuid".to_string(),
-                "nodev".to_string(),
-            ])
-            .build()
-            .context("Spin app mount")
-    };
+    let ro = read_only_bind;
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     mounts.retain(|m| !m.destination().starts_with(APP_MOUNT));
     mounts.push(ro(app_dir, APP_MOUNT)?);

@@ -21,6 +21,7 @@ pub mod compile_helper;
 pub mod docker;
 pub mod precompile;
 pub mod rootfs;
+pub mod url_sources;
 
 use std::path::{Path, PathBuf};
 
@@ -126,6 +127,7 @@ impl Engine for SpinEngine {
                 rootfs: p.rootfs.to_path_buf(),
             });
         }
+        let downloads = url_sources::download(id, source.as_ref()).await?;
         let memory_limit = wasm_shim_core::executor::spec_memory_limit(p.spec);
         let cache_dir = cache_mount::host_dir();
         let sandbox =
@@ -137,6 +139,7 @@ impl Engine for SpinEngine {
             None => Default::default(),
         };
         cache_mount::attach(p.spec, &app_dir, &compiled.entries)?;
+        url_sources::attach(p.spec, &app_dir, &downloads)?;
         tracing::debug!(
             id,
             entries = compiled.entries.len(),
@@ -231,6 +234,7 @@ fn run_spin(
     args: &[String],
     memory_limit: Option<u64>,
 ) -> anyhow::Result<i32> {
+    url_sources::use_in_container(app_dir)?;
     let app = match load_artifact(app_dir)? {
         Some(app) => app,
         None => spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))?,

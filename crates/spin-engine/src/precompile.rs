@@ -304,6 +304,22 @@ fn units(source: &AppSource, inputs: &mut Inputs<'_>) -> anyhow::Result<Vec<Unit
                     what: What::Plain(input),
                 });
             }
+            // Downloaded by the shim into the node cache, named by their verified digest
+            // (crate::url_sources).
+            let remote = spin_app_format::manifest::remote_sources(&text, "/spin.toml")?;
+            if !remote.is_empty() {
+                let downloads = Dir::open(&crate::url_sources::host_dir())?;
+                for r in remote {
+                    let label = format!("component `{}`", name(&r.id));
+                    let origin = format!("/spin.toml: {label}: source {}", name(&r.url));
+                    out.push(Unit {
+                        what: What::Plain(inputs.blob(&downloads, &r.digest, &origin)?),
+                        label,
+                        event: event.contains(&r.id),
+                        id: r.id,
+                    });
+                }
+            }
             for m in spin_app_format::manifest::middleware_sources(&text, "/spin.toml")? {
                 let trigger = name(&m.trigger);
                 let mut read = |path: &str| {

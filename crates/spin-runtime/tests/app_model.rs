@@ -207,7 +207,7 @@ fn manifest_errors_name_file_key_and_reason() {
         ),
         (
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = { url = \"https://x/c.wasm\", digest = \"sha256:00\" }\n",
-            &["component.c.source", "remote sources"],
+            &["component.c.source", "not a sha256 digest"],
         ),
         (
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\nexecutor = { type = \"wagi\" }\n[component.c]\nsource = \"c.wasm\"\n",
