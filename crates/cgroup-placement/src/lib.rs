@@ -14,6 +14,7 @@
 mod devices;
 mod error;
 mod fsutil;
+mod helper_cgroup;
 mod host;
 mod metrics;
 mod options;
@@ -22,6 +23,7 @@ mod placement;
 
 pub use devices::{device_filter_support, DeviceFilter, DeviceKind};
 pub use error::PlacementError;
+pub use helper_cgroup::{HelperCgroup, HELPER_CGROUP_SUFFIX};
 pub use host::{CgroupLayout, Host, V1Hierarchy, CGROUP_ROOT};
 pub use metrics::{
     parse_psi, read_psi, read_v1_metrics, read_v2_metrics, Metrics, V1_METRICS_TYPE_URL,

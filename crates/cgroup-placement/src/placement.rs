@@ -194,6 +194,11 @@ impl Placement {
             .collect()
     }
 
+    /// The unified hierarchy's mount point (unified and hybrid hosts).
+    pub(crate) fn unified_root(&self) -> Option<&Path> {
+        self.unified.as_deref()
+    }
+
     fn rel(&self) -> &Path {
         self.relative_path
             .strip_prefix("/")

@@ -5,14 +5,19 @@
 //! (`std::process::Command`: fork immediately followed by exec, so it is never a fork of the
 //! multi-threaded shim) with an empty environment. Before exec it joins the container's
 //! cgroup in every hierarchy (created with the container's memory, CPU and pids limits by
-//! Create, see `Placement::create_with_limits`), so everything it allocates is charged to
-//! the pod and held by its limits; it gets `oom_score_adj` 1000 (within the pod, the kernel
+//! Create, see `Placement::create_with_limits`) on v1 and hybrid hosts; on unified hosts a
+//! transient cgroup of its own next to the container's, below the pod's, with the
+//! container's limits and `memory.oom.group = 0` (`Placement::create_helper_cgroup`: the
+//! systemd driver's scope does not exist during Create, and an OOM kill in a container
+//! cgroup with kubelet's `oom.group = 1` would take the serving container with it), removed
+//! when the helper ends. Either way everything it allocates is charged to the pod and held
+//! by its limits; it gets `oom_score_adj` 1000 (within the pod, the kernel
 //! kills the compiler first), `RLIMIT_CPU` ([`CPU_SECS_ENV`]), `RLIMIT_NOFILE` 64 and
 //! `RLIMIT_CORE`/`RLIMIT_FSIZE` 0, and dies with the shim thread that started it. After
 //! exec, before it reads a byte, it leaves the host's network, IPC and PID namespaces,
 //! chroots into an empty deleted directory, drops every capability (bounding set included)
-//! and becomes uid/gid [`HELPER_ID`] with `no_new_privs` and not dumpable; then it forks the
-//! worker, PID 1 of the new PID namespace (when it ends, whatever it started ends too),
+//! and becomes uid/gid [`HELPER_ID`] with `no_new_privs`, not dumpable, and the runtime's
+//! deny-list seccomp filter plus [`HELPER_DENIED_SYSCALLS`]; then it forks the worker, PID 1 of the new PID namespace (when it ends, whatever it started ends too),
 //! and reports how the worker ended.
 //!
 //! The shim hands the worker each input on a read-only descriptor of a file it verified (a
@@ -55,6 +60,18 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 90;
 pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(1800);
 /// The uid and gid helpers run as (`nobody`).
 pub const HELPER_ID: u32 = 65534;
+/// System calls a helper may not make beyond the runtime's deny-list
+/// (`wasm_shim_core::confine::DENIED_SYSCALLS`): every helper runs as [`HELPER_ID`], so
+/// without this its supervisor (in the host's PID namespace) could signal other pods'
+/// helpers. The worker, which parses the input, is PID 1 of a PID namespace of its own and
+/// cannot name another process anyway; `tgkill` stays allowed for `abort`.
+pub const HELPER_DENIED_SYSCALLS: &[&str] = &[
+    "kill",
+    "tkill",
+    "rt_sigqueueinfo",
+    "pidfd_open",
+    "pidfd_send_signal",
+];
 
 /// Seconds between the CPU limit's SIGXCPU and the kernel's SIGKILL.
 const CPU_GRACE_SECS: u64 = 5;
@@ -192,9 +209,10 @@ impl HelperError {
 /// Where and under which bounds helpers run for one container.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
-    /// The container's cgroups, joined by every helper; `None`: the helper stays in the
-    /// shim's cgroup (the systemd driver during Create, before the container's scope exists).
-    placement: Option<Placement>,
+    /// The container's cgroups: joined by every helper on v1 and hybrid hosts; on unified
+    /// hosts each helper gets a transient cgroup next to them
+    /// (`Placement::create_helper_cgroup`).
+    placement: Placement,
     /// The container's memory limit, for messages.
     memory_limit: Option<u64>,
     cpu_secs: u64,
@@ -206,10 +224,11 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Helpers for the container placed at `placement`, during its Create: they join its
-    /// cgroups (not under the systemd driver, whose scope does not exist yet: logged), use
-    /// `scratch` (a root-only directory) for their empty roots, and get the bounds of
-    /// [`CPU_SECS_ENV`] and [`TIMEOUT_ENV`]. `memory_limit` is the container's, for messages.
+    /// Helpers for the container placed at `placement`, during its Create: they run in its
+    /// cgroups or next to them (see [`Sandbox`]), use `scratch` (a root-only directory) for
+    /// their empty roots, and get the bounds of [`CPU_SECS_ENV`] and [`TIMEOUT_ENV`].
+    /// `memory_limit` is the container's (the spec's): the limit of a helper's own cgroup
+    /// when the container's does not exist yet (systemd driver), and for messages.
     pub fn for_container(
         scratch: &Path,
         placement: &Placement,
@@ -226,17 +245,8 @@ impl Sandbox {
                 _ => Ok(default),
             }
         };
-        let joins = placement.driver() == Driver::Cgroupfs;
-        if !joins {
-            tracing::warn!(
-                cgroup = %placement.relative_path().display(),
-                "systemd cgroup driver: the container's scope does not exist before the \
-                 container, so compile helpers in Create run in the shim's cgroup (with \
-                 their CPU, time and file limits, without the pod's memory limit)"
-            );
-        }
         Ok(Sandbox {
-            placement: joins.then(|| placement.clone()),
+            placement: placement.clone(),
             memory_limit,
             cpu_secs: secs(CPU_SECS_ENV, DEFAULT_CPU_SECS)?,
             timeout: Duration::from_secs(secs(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECS)?),
@@ -251,7 +261,7 @@ impl Sandbox {
     /// longer [`BACKGROUND_TIMEOUT`].
     pub fn background(&self, placement: &Placement) -> Sandbox {
         Sandbox {
-            placement: Some(placement.clone()),
+            placement: placement.clone(),
             timeout: self.timeout.max(BACKGROUND_TIMEOUT),
             background: true,
             ..self.clone()
@@ -261,9 +271,7 @@ impl Sandbox {
     /// Waits until the container's cgroups exist (under the systemd driver they appear
     /// when youki starts the scope), at most `bound`; false if they did not.
     pub fn wait_for_cgroup(&self, bound: Duration) -> bool {
-        let Some(p) = &self.placement else {
-            return true;
-        };
+        let p = &self.placement;
         let deadline = Instant::now() + bound;
         loop {
             if p.cgroup_dirs().iter().all(|d| d.is_dir()) {
@@ -300,24 +308,57 @@ impl Sandbox {
         let procs = self
             .cgroup_procs()
             .map_err(|e| failed(FailureKind::Gone, format!("{label}: {e:#}")))?;
+        let own = self
+            .placement
+            .create_helper_cgroup(self.memory_limit)
+            .map_err(|e| {
+                failed(
+                    FailureKind::Failed,
+                    format!("{label}: cannot create the compile helper's cgroup: {e:#}"),
+                )
+            })?;
+        let procs = match &own {
+            Some(cg) => vec![
+                CString::new(cg.dir().join("cgroup.procs").as_os_str().as_bytes())
+                    .expect("a cgroup path has no NUL"),
+            ],
+            None => procs,
+        };
         let request = serde_json::to_vec(job).expect("a job serialises");
-        let oom_before = self.oom_kills();
-        let mut helper = self.spawn(&procs, inputs).map_err(|e| {
+        let oom_before = match &own {
+            Some(_) => Some(0),
+            None => self.oom_kills(),
+        };
+        let started = self.spawn(&procs, inputs);
+        let run = started.map(|mut helper| {
+            let t0 = Instant::now();
+            let run = helper.exchange(&request, out, max_output, t0 + self.timeout);
+            helper.end();
+            (run, t0)
+        });
+        let oom_after = match &own {
+            Some(cg) => read_oom_kills(&cg.dir().join("memory.events")),
+            None => self.oom_kills(),
+        };
+        if let Some(cg) = own {
+            let dir = cg.dir().to_path_buf();
+            if let Err(e) = cg.remove() {
+                tracing::warn!(cgroup = %dir.display(), "removing a compile helper's cgroup: {e:#}");
+            }
+        }
+        let (run, t0) = run.map_err(|e| {
             failed(
                 FailureKind::Failed,
                 format!("{label}: cannot start the compile helper: {e:#}"),
             )
         })?;
-        let t0 = Instant::now();
-        let run = helper.exchange(&request, out, max_output, t0 + self.timeout);
-        helper.end();
         let run = run.map_err(|e| {
             failed(
                 FailureKind::Failed,
                 format!("{label}: talking to the compile helper: {e:#}"),
             )
         })?;
-        let oom = self.oom_kills().unwrap_or(0) > oom_before.unwrap_or(u64::MAX);
+        let oom = oom_after.unwrap_or(0) > oom_before.unwrap_or(u64::MAX);
         let verdict = run.verdict(oom);
         if let Err((kind, _)) = &verdict {
             if *kind == FailureKind::Failed && self.cgroup_procs().is_err() {
@@ -347,8 +388,8 @@ impl Sandbox {
         let cpu = self.cpu_secs;
         match kind {
             FailureKind::Rejected | FailureKind::Gone => detail.to_string(),
-            FailureKind::Memory => match (self.memory_limit, &self.placement) {
-                (Some(limit), Some(_)) => format!(
+            FailureKind::Memory => match self.memory_limit {
+                Some(limit) => format!(
                     "{label}: compiling it needs more memory than the container's memory limit \
                      of {} MiB (the kernel's OOM killer ended the compiler in the container's \
                      cgroup, which holds the compilation); raise the container's (pod's) memory \
@@ -381,11 +422,14 @@ impl Sandbox {
         }
     }
 
-    /// `cgroup.procs` of every hierarchy the helper joins; an error when the cgroup is gone.
+    /// `cgroup.procs` of every hierarchy of the container's cgroup; an error when the cgroup
+    /// is gone (the container was removed). Empty under the systemd driver during Create,
+    /// before the container's scope exists.
     fn cgroup_procs(&self) -> anyhow::Result<Vec<CString>> {
-        let Some(p) = &self.placement else {
+        let p = &self.placement;
+        if p.driver() == Driver::Systemd && !self.background {
             return Ok(Vec::new());
-        };
+        }
         p.cgroup_dirs()
             .into_iter()
             .map(|dir| {
@@ -403,15 +447,14 @@ impl Sandbox {
 
     /// The OOM kills counted in the container's memory cgroup so far.
     fn oom_kills(&self) -> Option<u64> {
-        let p = self.placement.as_ref()?;
+        let p = &self.placement;
         let file = p
             .v1_dirs()
             .into_iter()
             .find(|(c, _)| c.split(',').any(|c| c == "memory"))
             .map(|(_, d)| d.join("memory.oom_control"))
             .or_else(|| p.unified_dir().map(|d| d.join("memory.events")))?;
-        let body = std::fs::read_to_string(file).ok()?;
-        Some(wasm_shim_core::oom::oom_kill_count(&body))
+        read_oom_kills(&file)
     }
 
     fn spawn(&self, procs: &[CString], inputs: &[&File]) -> anyhow::Result<Running> {
@@ -469,6 +512,12 @@ impl Sandbox {
             output: output_r,
         })
     }
+}
+
+/// The OOM kills counted in `file` (`memory.oom_control` or `memory.events`).
+fn read_oom_kills(file: &Path) -> Option<u64> {
+    let body = std::fs::read_to_string(file).ok()?;
+    Some(wasm_shim_core::oom::oom_kill_count(&body))
 }
 
 /// A directory only the shim could make, created and removed at once: the helper's root.
@@ -855,8 +904,11 @@ pub fn helper_main() -> ! {
     }
 }
 
-/// Leaves the host's namespaces and filesystem, and every privilege (see the module docs).
-fn confine() -> anyhow::Result<()> {
+/// Confines the calling process as a compile helper confines itself before it reads a
+/// byte (see the module docs): it expects its empty root directory at descriptor 3 and
+/// must be single-threaded. Public so that a test can check from outside what a process
+/// confined this way can still reach.
+pub fn confine() -> anyhow::Result<()> {
     use caps::CapSet;
     use nix::sched::CloneFlags;
     use nix::unistd::{Gid, Uid};
@@ -887,6 +939,8 @@ fn confine() -> anyhow::Result<()> {
         );
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+    wasm_shim_core::confine::load_deny_list(HELPER_DENIED_SYSCALLS)
+        .context("the seccomp filter")?;
     anyhow::ensure!(
         caps::read(None, CapSet::Permitted)?.is_empty()
             && caps::read(None, CapSet::Effective)?.is_empty()

@@ -163,3 +163,26 @@ fn refuses_what_it_cannot_verify_and_leaves_nothing() {
     );
     assert_eq!(cache_files(cache.path()), Vec::<String>::new());
 }
+
+#[test]
+fn goes_through_https_proxy_unless_no_proxy_names_the_host() {
+    let (origin, cache, vars) = setup();
+    let proxy = https_origin::ConnectProxy::start();
+    let proxy_url = format!("http://{}", proxy.addr);
+    let dir = app(&origin.url("/app.wasm"), &origin.digest());
+    let mut env = env(&vars);
+    env.push(("HTTPS_PROXY", &proxy_url));
+    {
+        let server = Server::start(dir.path(), &env);
+        assert_eq!(server.get("/x").status, 200);
+    }
+    assert_eq!(proxy.connects(), 1);
+    assert_eq!(origin.requests("/app.wasm"), 1);
+    // NO_PROXY names the origin: a fresh cache downloads directly.
+    std::fs::remove_dir_all(cache.path()).unwrap();
+    env.push(("NO_PROXY", "example.com,127.0.0.1"));
+    let server = Server::start(dir.path(), &env);
+    assert_eq!(server.get("/x").status, 200);
+    assert_eq!(proxy.connects(), 1);
+    assert_eq!(origin.requests("/app.wasm"), 2);
+}

@@ -7,6 +7,10 @@
 //!   bound; the compiler ran unprivileged in the container's own cgroup (its memory is
 //!   charged there), the shim's RSS stayed within 64 MiB of its idle figure, and nothing is
 //!   left (no helper, no temporary file, no cache entry, no state, no cgroup);
+//! - the same under a systemd-form cgroupsPath in a pod limited to 128 MiB: the compiler's
+//!   memory is charged below the pod's cgroup and the error names the limit; on cgroup v2
+//!   (simulated) each compiler gets a transient cgroup of its own below the pod's, removed
+//!   with it;
 //! - six components naming one large source: the shim reads it once;
 //! - a text (non-Wasm) source gets a short error and no long line in containerd's log.
 //!
@@ -39,6 +43,10 @@ struct Node {
 
 impl Node {
     fn start() -> Result<Node> {
+        Node::start_in(CgroupMode::Host)
+    }
+
+    fn start_in(mode: CgroupMode) -> Result<Node> {
         integration::require_shim()?;
         let dir = tempfile::Builder::new()
             .prefix("cbounds-")
@@ -62,7 +70,7 @@ impl Node {
         ];
         let c = Containerd::start_with(
             ContainerdVersion::V1_7,
-            CgroupMode::Host,
+            mode,
             &ContainerdConfig {
                 env,
                 ..Default::default()
@@ -186,6 +194,8 @@ struct Samples {
     helper_hwm_kib: u64,
     /// Memory cgroups the helpers ran in, with their uid.
     helper_cgroups: Vec<(String, u32)>,
+    /// Unified-hierarchy cgroups the helpers ran in.
+    helper_unified: Vec<String>,
     /// `memory.max_usage_in_bytes` of the container's memory cgroup.
     cgroup_max_usage: u64,
 }
@@ -227,9 +237,18 @@ fn sample(c: &Containerd, o: &mut Samples) {
         o.helper_hwm_kib = o.helper_hwm_kib.max(status_num(pid, "VmHWM:").unwrap_or(0));
         let uid = status_num(pid, "Uid:").unwrap_or(u64::MAX) as u32;
         let memcg = memory_cgroup(pid);
+        let unified = integration::cgroups::proc_cgroups(pid)
+            .ok()
+            .and_then(|l| l.into_iter().find(|l| l.id == 0).map(|l| l.path));
         // A helper that has exited shows the root cgroup until it is reaped: what was read
         // counts only if it still ran afterwards.
-        let (Some(path), false) = (memcg, exited(pid)) else {
+        if exited(pid) {
+            continue;
+        }
+        if let Some(u) = unified.filter(|u| !o.helper_unified.contains(u)) {
+            o.helper_unified.push(u);
+        }
+        let Some(path) = memcg else {
             continue;
         };
         let usage = Path::new("/sys/fs/cgroup/memory")
@@ -301,16 +320,20 @@ fn helper_pids_of(shims: &[i32]) -> Vec<i32> {
     supervisors.into_iter().chain(workers).collect()
 }
 
-/// Whether `pid` has exited (a zombie, or gone).
+/// Whether `pid` has exited or is exiting (gone, or `PF_EXITING` in its flags: set when
+/// `exit` begins, before the kernel moves it to the root cgroup and well before it is a
+/// zombie).
 fn exited(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("State:"))
-                .map(str::to_string)
-        })
-        .is_none_or(|l| l.contains("zombie"))
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // Fields after the command's closing parenthesis: state, ppid, pgrp, session, tty_nr,
+    // tpgid, flags.
+    let flags = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok());
+    flags.is_none_or(|f| f & PF_EXITING != 0)
 }
 
 /// The memory cgroup of `pid`.
@@ -444,16 +467,7 @@ fn a_costly_component_fails_create_within_the_pods_limits() {
         let n = Node::start()?;
         let idle = idle_shim_rss(&n)?;
         println!("shim idle RSS: {idle} KiB");
-        let wasm = costly_component(80, 12_000);
-        let digest = oci_image_builder::sha256_digest(&wasm);
-        let hex = digest.trim_start_matches("sha256:").to_string();
-        println!("costly component: {} bytes", wasm.len());
-        let img = spin_image(
-            "docker.io/library/cbounds-costly:1",
-            &[("costly", "costly.wasm")],
-            vec![("costly.wasm", wasm)],
-        )?;
-        n.import(&img)?;
+        let (img, hex) = import_costly(&n)?;
         let cases: [(&str, Vec<&str>, &[&str]); 3] = [
             (
                 "memory limit (128 MiB)",
@@ -681,6 +695,163 @@ fn a_text_source_gets_a_short_error_and_no_long_log_line() {
             "containerd's log has a line of {longest} bytes"
         );
         n.check_clean("text source", &a.cgroup)?;
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// The cgroup kubelet's systemd driver gives pod `uid` (below each hierarchy root), and the
+/// cgroupsPath of container `name` in it, in the systemd form.
+fn systemd_pod(uid: &str, name: &str) -> (String, String) {
+    (
+        format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"),
+        format!("kubepods-burstable-pod{uid}.slice:cri-containerd:{name}"),
+    )
+}
+
+/// The costly component's image, imported into `n`, and the component's sha256 (hex).
+fn import_costly(n: &Node) -> Result<(Image, String)> {
+    let wasm = costly_component(80, 12_000);
+    let digest = oci_image_builder::sha256_digest(&wasm);
+    let hex = digest.trim_start_matches("sha256:").to_string();
+    println!("costly component: {} bytes", wasm.len());
+    let img = spin_image(
+        "docker.io/library/cbounds-costly:1",
+        &[("costly", "costly.wasm")],
+        vec![("costly.wasm", wasm)],
+    )?;
+    n.import(&img)?;
+    Ok((img, hex))
+}
+
+/// A container with a systemd-form cgroupsPath (`<pod slice>:cri-containerd:<name>`, as
+/// kubelet's systemd driver gives) in a pod whose cgroup is limited to 128 MiB: the
+/// compiler's memory is charged below the pod's cgroup, Create fails naming the limit, and
+/// nothing is left. (On this cgroup v1 host the systemd form is placed by the cgroupfs
+/// driver at systemd's path, which is where kubelet's pod cgroup is.)
+#[test]
+fn with_a_systemd_cgroups_path_the_compiler_is_held_by_the_pods_limit() {
+    let Some(_s) = integration::root_test(
+        "with_a_systemd_cgroups_path_the_compiler_is_held_by_the_pods_limit",
+    ) else {
+        return;
+    };
+    let r = (|| -> Result<()> {
+        let (uid, name) = (integration::unique("cb"), integration::unique("c"));
+        let (pod, path) = systemd_pod(&uid, &name);
+        let _pod = integration::cgroups::CgroupGuard::new(&pod);
+        let memory = integration::cgroups::v1_hierarchy("memory")
+            .context("no v1 memory hierarchy on this host")?;
+        std::fs::create_dir_all(memory.join(&pod))?;
+        std::fs::write(
+            memory.join(&pod).join("memory.limit_in_bytes"),
+            (128u64 << 20).to_string(),
+        )?;
+        let n = Node::start()?;
+        let (img, _) = import_costly(&n)?;
+        let a = n.attempt(
+            &img.name,
+            &["--memory-limit", "134217728", "--cgroup", &path],
+        )?;
+        let s = &a.samples;
+        println!(
+            "systemd-form cgroupsPath, pod limited to 128 MiB: created={} after {:.1} s; helper \
+             peak RSS {} KiB in {:?}; container memory cgroup peak {} KiB\n  error: {}",
+            a.created,
+            a.elapsed.as_secs_f64(),
+            s.helper_hwm_kib,
+            s.helper_cgroups,
+            s.cgroup_max_usage >> 10,
+            a.shim_error()
+        );
+        ensure!(!a.created, "the costly component was created");
+        for w in ["component `costly`", "memory limit of 128 MiB"] {
+            ensure!(
+                a.error.contains(w),
+                "the error does not name {w:?}: {}",
+                a.error
+            );
+        }
+        let below = format!("/{pod}/");
+        ensure!(
+            s.helper_cgroups.iter().any(|(_, uid)| *uid == 65534)
+                && s.helper_cgroups.iter().all(|(p, _)| p.starts_with(&below)),
+            "compile helpers ran in {:?} (memory cgroup, uid), not as 65534 below the pod's \
+             cgroup {below}",
+            s.helper_cgroups
+        );
+        ensure!(
+            s.cgroup_max_usage > 32 << 20,
+            "the compilation's memory did not show below the pod's cgroup ({} bytes)",
+            s.cgroup_max_usage
+        );
+        n.check_clean(
+            "systemd-form cgroupsPath",
+            &format!("{pod}/cri-containerd-{name}.scope"),
+        )?;
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// On a cgroup v2 host (simulated: the unified hierarchy in a private mount namespace)
+/// each compile helper runs in a transient cgroup of its own next to the container's, below
+/// the pod's (`cri-containerd-<name>.compile-<n>`): there the systemd driver's scope
+/// does not exist during Create, and kubelet's `memory.oom.group = 1` on the container's
+/// cgroup would make a helper's OOM kill the serving container. The helper's cgroup is
+/// removed with it. (This simulated host has no memory controller: the CPU-seconds or the
+/// wall-clock bound ends the compile.)
+#[test]
+fn on_cgroup_v2_each_compiler_gets_a_transient_cgroup_below_the_pod() {
+    let Some(_s) =
+        integration::root_test("on_cgroup_v2_each_compiler_gets_a_transient_cgroup_below_the_pod")
+    else {
+        return;
+    };
+    let r = (|| -> Result<()> {
+        let (uid, name) = (integration::unique("cb"), integration::unique("c"));
+        let (pod, path) = systemd_pod(&uid, &name);
+        let _pod = integration::cgroups::CgroupGuard::new(&pod);
+        let n = Node::start_in(CgroupMode::UnifiedNamespace)?;
+        let (img, _) = import_costly(&n)?;
+        let a = n.attempt(
+            &img.name,
+            &["--memory-limit", "8589934592", "--cgroup", &path],
+        )?;
+        let s = &a.samples;
+        println!(
+            "cgroup v2, systemd-form cgroupsPath: created={} after {:.1} s; helpers in {:?}\n  \
+             error: {}",
+            a.created,
+            a.elapsed.as_secs_f64(),
+            s.helper_unified,
+            a.shim_error()
+        );
+        ensure!(!a.created, "the costly component was created");
+        // Which bound comes first depends on the machine's load.
+        ensure!(
+            a.error.contains("component `costly`")
+                && (a.error.contains("CPU-seconds")
+                    || a.error.contains("SPIN_SHIM_COMPILE_TIMEOUT_SECS")),
+            "{}",
+            a.error
+        );
+        let leaf = format!("/{pod}/cri-containerd-{name}.compile-");
+        ensure!(
+            !s.helper_unified.is_empty() && s.helper_unified.iter().all(|p| p.starts_with(&leaf)),
+            "compile helpers ran in {:?}, not in {leaf}<n>",
+            s.helper_unified
+        );
+        let unified = Path::new("/sys/fs/cgroup/unified").join(&pod);
+        let left: Vec<String> = integration::dir_entries(&unified)
+            .into_iter()
+            .filter(|e| e.contains(".compile-"))
+            .collect();
+        ensure!(left.is_empty(), "helper cgroups left: {left:?}");
+        n.check_clean(
+            "cgroup v2, systemd-form cgroupsPath",
+            &format!("{pod}/cri-containerd-{name}.scope"),
+        )?;
         Ok(())
     })();
     r.unwrap_or_else(|e| panic!("{e:#}"));

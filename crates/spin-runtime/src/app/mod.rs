@@ -6,6 +6,7 @@
 //! [`App::from_locked`] turns the lock into this model, refusing what the runtime cannot run.
 
 mod events;
+mod kernel_files;
 mod locked;
 mod retain;
 
@@ -162,6 +163,9 @@ impl App {
     ///
     /// Errors name the file, the key and the reason.
     pub fn load_manifest(path: &Path) -> anyhow::Result<App> {
+        if let Some(e) = kernel_files::kernel_files_error(path) {
+            return Err(e);
+        }
         let local = spin_app_format::manifest::load(path)?;
         let origin = path.display().to_string();
         locked::convert(local.locked, &FileUrlResolver, &origin)

@@ -58,16 +58,11 @@ impl Origin {
                 .map(Result::unwrap)
                 .collect();
         let key = PrivateKeyDer::from_pem_file(d.join("server.key")).unwrap();
-        let config = Arc::new(
-            rustls::ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap(),
-        );
+        let provider = rustls::crypto::ring::default_provider().into();
+        let builder = rustls::ServerConfig::builder_with_provider(provider);
+        let builder = builder.with_protocol_versions(rustls::DEFAULT_VERSIONS);
+        let config = builder.unwrap().with_no_client_auth();
+        let config = Arc::new(config.with_single_cert(certs, key).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let counts = Arc::new(Mutex::new(HashMap::new()));
@@ -179,5 +174,87 @@ fn serve(
     }
     tls.conn.send_close_notify();
     tls.flush()?;
+    Ok(())
+}
+
+/// A loopback HTTP CONNECT proxy (as `HTTPS_PROXY` names one): tunnels each CONNECT to its
+/// target and counts them. Stopped on drop.
+pub struct ConnectProxy {
+    pub addr: SocketAddr,
+    connects: Arc<Mutex<usize>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ConnectProxy {
+    pub fn start() -> ConnectProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connects = Arc::new(Mutex::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (connects.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let _ = tunnel(conn, &c);
+                });
+            }
+        });
+        ConnectProxy {
+            addr,
+            connects,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// CONNECT requests seen so far.
+    pub fn connects(&self) -> usize {
+        *self.connects.lock().unwrap()
+    }
+}
+
+impl Drop for ConnectProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn tunnel(mut client: TcpStream, connects: &Mutex<usize>) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 << 10 {
+        if client.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let mut words = head.split(' ');
+    let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
+        return client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
+    };
+    *connects.lock().unwrap() += 1;
+    let upstream = TcpStream::connect(target)?;
+    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
+    let (mut c2, mut u2) = (client.try_clone()?, upstream.try_clone()?);
+    let up = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut u2);
+        let _ = u2.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut u, mut c) = (upstream, client);
+    let _ = std::io::copy(&mut u, &mut c);
+    let _ = c.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
     Ok(())
 }
