@@ -16,8 +16,10 @@ cd "$scripts/../tests/apps"
 # The guest workspace has its own target dir even when CARGO_TARGET_DIR points elsewhere.
 export CARGO_TARGET_DIR="$PWD/target"
 echo "apps: building guest apps for wasm32-wasip2"
-cargo build --release --target wasm32-wasip2 --workspace --exclude sdk2-http --exclude sdk3-http --quiet
+cargo build --release --target wasm32-wasip2 --workspace --exclude sdk2-http --exclude sdk3-http --exclude 'spin1-*' --quiet
 cargo build --release --target wasm32-wasip1 -p sdk2-http -p sdk3-http -p sdk5-http --quiet
+# Spin 1.x-style modules (hand-written Spin 1.x ABI: core imports, handle-http-request): wasip1 only.
+cargo build --release --target wasm32-wasip1 -p 'spin1-*' --quiet
 if compgen -G "wasi-*-p1" >/dev/null; then
     for d in wasi-*-p1; do
         cargo build --release --target wasm32-wasip1 -p "$d" --quiet

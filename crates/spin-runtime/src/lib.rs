@@ -34,6 +34,7 @@ mod reuse;
 pub mod routing;
 pub mod runtime;
 pub mod server;
+pub mod spin1;
 mod state;
 pub mod tier;
 pub mod trigger;

@@ -313,6 +313,8 @@ pub(crate) enum HttpPre {
     /// `wasi:http/handler@0.3.0` (Spin 4 SDKs, retargeted from the
     /// `0.3.0-rc-2026-03-15` snapshot by [`crate::p3`]).
     P3(ServicePre<InstanceState>),
+    /// `fermyon:spin/inbound-http` (Spin 1.x modules, adapted by [`crate::spin1`]).
+    Spin1(crate::spin1::http::InboundHttpPre),
 }
 
 /// A component ready to serve: pre-instantiated, with its env, preopens and host state.
@@ -478,6 +480,15 @@ impl LoadedApp {
             })?;
             if !component.middleware.is_empty() {
                 bytes = compose_middleware(component, &bytes)?.into();
+            }
+            // A Spin 1.x module that cannot be adapted only takes its own HTTP routes down.
+            if !event_components.contains(component.id.as_str()) {
+                if let Err(e) = crate::spin1::check(&bytes, &component.id) {
+                    tracing::error!(
+                        "{e:#}; the app's other components are served, its routes answer 500"
+                    );
+                    continue;
+                }
             }
             let digest = crate::compile_cache::component_digest(&bytes);
             let wasm = match compiled.get(&digest) {
@@ -728,6 +739,9 @@ fn http_pre(instance_pre: &InstancePre<InstanceState>, id: &str) -> anyhow::Resu
         Ok(pre) => return Ok(HttpPre::P2Rc(pre)),
         Err(e) => e,
     };
+    if let Some(pre) = crate::spin1::http::InboundHttpPre::new(instance_pre) {
+        return Ok(HttpPre::Spin1(pre));
+    }
     match ServicePre::new(instance_pre.clone()) {
         Ok(pre) => Ok(HttpPre::P3(pre)),
         Err(p3) => {
@@ -748,6 +762,7 @@ fn new_linker(engine: &Engine) -> anyhow::Result<Linker<InstanceState>> {
     crate::p3::add_to_linker(&mut linker)?;
     crate::wasi_rc::add_to_linker(&mut linker)?;
     host::add_to_linker(&mut linker)?;
+    crate::spin1::add_to_linker(&mut linker)?;
     Ok(linker)
 }
 
@@ -830,15 +845,8 @@ fn check_exports(engine: &Engine, wasm: &WasmComponent, id: &str) -> anyhow::Res
              Spin 4's SDKs (spin-sdk 6.x for Rust, 4.x for Python)"
         );
     }
-    if names
-        .iter()
-        .any(|n| n.starts_with("fermyon:spin/inbound-http"))
-    {
-        bail!(
-            "component `{id}` exports the legacy `fermyon:spin/inbound-http` interface, which \
-             this runtime does not support; rebuild it with a current Spin SDK (spin-sdk >= 2 \
-             for Rust) so it exports wasi:http/incoming-handler@0.2.x"
-        );
+    if names.iter().any(|n| n == crate::spin1::HTTP_EXPORT.1) {
+        return crate::spin1::http::check_handler(wasm, id);
     }
     bail!(
         "component `{id}` does not export wasi:http/incoming-handler@0.2.x or \

@@ -280,6 +280,7 @@ where
         HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
         HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
+        HttpPre::Spin1(pre) => return Ok(crate::spin1::http::call(app, component, pre, req).await?),
     };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();

@@ -175,12 +175,16 @@ fn component_without_http_export_is_rejected() {
 }
 
 #[test]
-fn legacy_inbound_http_is_a_clear_error() {
+fn inbound_http_without_handler_is_a_clear_error() {
+    // Spin 1.x's interface is served (tests/spin1_modules.rs), its function must be there.
     let wat = br#"(component
         (instance $i)
         (export "fermyon:spin/inbound-http" (instance $i)))"#;
     let e = load_error(&binary(wat));
-    assert!(e.contains("legacy `fermyon:spin/inbound-http`"), "{e}");
+    assert!(
+        e.contains("exports `fermyon:spin/inbound-http` without its `handle-request`"),
+        "{e}"
+    );
     assert!(e.contains("rebuild"), "{e}");
 }
 

@@ -1,0 +1,343 @@
+//! Spin 1.x HTTP: the inbound `fermyon:spin/inbound-http` export (`handle-request`, one
+//! call with the whole request, as Spin's `spin` executor makes it) and the outbound
+//! `fermyon:spin/http` import (`send-request`), which goes through the same allow-list,
+//! service chaining, self requests and client TLS as wasi:http's outbound requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use wasmtime::component::{ComponentExportIndex, ComponentType, InstancePre, Lift, Lower};
+use wasmtime::StoreContextMut;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::WasiHttpHooks;
+
+use crate::runtime::{LoadedApp, PreparedComponent};
+use crate::InstanceState;
+
+/// The largest request or response body passed whole through a Spin 1.x call.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// `fermyon:spin/http-types.method`.
+#[derive(ComponentType, Lift, Lower, Clone, Copy, Debug, PartialEq)]
+#[component(enum)]
+#[repr(u8)]
+pub enum Method {
+    #[component(name = "get")]
+    Get,
+    #[component(name = "post")]
+    Post,
+    #[component(name = "put")]
+    Put,
+    #[component(name = "delete")]
+    Delete,
+    #[component(name = "patch")]
+    Patch,
+    #[component(name = "head")]
+    Head,
+    #[component(name = "options")]
+    Options,
+}
+
+/// `fermyon:spin/http-types.request`.
+#[derive(ComponentType, Lift, Lower, Clone, Debug)]
+#[component(record)]
+pub struct Request {
+    method: Method,
+    uri: String,
+    headers: Vec<(String, String)>,
+    params: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+}
+
+/// `fermyon:spin/http-types.response`.
+#[derive(ComponentType, Lift, Lower, Clone, Debug)]
+#[component(record)]
+pub struct Response1 {
+    status: u16,
+    headers: Option<Vec<(String, String)>>,
+    body: Option<Vec<u8>>,
+}
+
+/// `fermyon:spin/http-types.http-error` (every case of the interface; the host never
+/// answers `success` or `too-many-requests`).
+#[allow(dead_code)]
+#[derive(ComponentType, Lift, Lower, Clone, Copy, Debug, PartialEq)]
+#[component(enum)]
+#[repr(u8)]
+pub enum HttpError {
+    #[component(name = "success")]
+    Success,
+    #[component(name = "destination-not-allowed")]
+    DestinationNotAllowed,
+    #[component(name = "invalid-url")]
+    InvalidUrl,
+    #[component(name = "request-error")]
+    RequestError,
+    #[component(name = "runtime-error")]
+    RuntimeError,
+    #[component(name = "too-many-requests")]
+    TooManyRequests,
+}
+
+impl Method {
+    fn from_http(m: &http::Method) -> Option<Self> {
+        Some(match *m {
+            http::Method::GET => Method::Get,
+            http::Method::POST => Method::Post,
+            http::Method::PUT => Method::Put,
+            http::Method::DELETE => Method::Delete,
+            http::Method::PATCH => Method::Patch,
+            http::Method::HEAD => Method::Head,
+            http::Method::OPTIONS => Method::Options,
+            _ => return None,
+        })
+    }
+
+    fn to_http(self) -> http::Method {
+        match self {
+            Method::Get => http::Method::GET,
+            Method::Post => http::Method::POST,
+            Method::Put => http::Method::PUT,
+            Method::Delete => http::Method::DELETE,
+            Method::Patch => http::Method::PATCH,
+            Method::Head => http::Method::HEAD,
+            Method::Options => http::Method::OPTIONS,
+        }
+    }
+}
+
+/// The `fermyon:spin/inbound-http` `handle-request` export of a pre-instantiated component.
+#[derive(Clone)]
+pub(crate) struct InboundHttpPre {
+    pre: InstancePre<InstanceState>,
+    func: ComponentExportIndex,
+}
+
+impl InboundHttpPre {
+    /// The handler of `pre`, if its component exports `fermyon:spin/inbound-http`.
+    pub(crate) fn new(pre: &InstancePre<InstanceState>) -> Option<Self> {
+        let component = pre.component();
+        let iface = component.get_export_index(None, super::HTTP_EXPORT.1)?;
+        let func = component.get_export_index(Some(&iface), "handle-request")?;
+        Some(InboundHttpPre {
+            pre: pre.clone(),
+            func,
+        })
+    }
+}
+
+/// Fails, naming component `id`, when it exports `fermyon:spin/inbound-http` without its
+/// `handle-request` function.
+pub(crate) fn check_handler(
+    component: &wasmtime::component::Component,
+    id: &str,
+) -> anyhow::Result<()> {
+    let iface = component.get_export_index(None, super::HTTP_EXPORT.1);
+    if iface
+        .and_then(|i| component.get_export_index(Some(&i), "handle-request"))
+        .is_none()
+    {
+        anyhow::bail!(
+            "component `{id}` exports `{}` without its `handle-request` function; a Spin 1.x \
+             HTTP module exports `handle-http-request`, or rebuild it with a current Spin SDK",
+            super::HTTP_EXPORT.1
+        );
+    }
+    Ok(())
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<HyperOutgoingBody> {
+    let mut r = Response::new(full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r
+}
+
+fn full(b: Bytes) -> HyperOutgoingBody {
+    Full::new(b).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// Serves one request with a Spin 1.x handler, as Spin's `spin` executor does: the whole
+/// body read first (up to [`MAX_BODY_BYTES`]), `uri` the path and query, `params` empty, the
+/// request headers (with Spin's `spin-*` ones the server added); a method the interface
+/// cannot name is answered 405, a status outside 100..=599 is a failure. The request deadline
+/// (`SPIN_SHIM_REQUEST_TIMEOUT`) bounds the call: past it the answer is 504.
+pub(crate) async fn call<B>(
+    app: &LoadedApp,
+    component: &Arc<PreparedComponent>,
+    handler: &InboundHttpPre,
+    req: http::Request<B>,
+) -> anyhow::Result<Response<HyperOutgoingBody>>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<wasmtime_wasi_http::Error>,
+{
+    let (parts, body) = req.into_parts();
+    let Some(method) = Method::from_http(&parts.method) else {
+        return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, ""));
+    };
+    let body = body.map_err(Into::<wasmtime_wasi_http::Error>::into);
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Ok(plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large for a Spin 1.x component\n",
+            ))
+        }
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    let uri = match parts.uri.path_and_query() {
+        Some(p) => p.to_string(),
+        None => parts.uri.to_string(),
+    };
+    let request = Request {
+        method,
+        uri,
+        headers,
+        params: Vec::new(),
+        body: Some(body.to_vec()),
+    };
+    let mut store = app.new_store(component)?;
+    let run = async {
+        let instance = handler.pre.instantiate_async(&mut store).await?;
+        if let Some(m) = &app.metrics {
+            m.instantiated(&component.id);
+        }
+        let func = instance
+            .get_typed_func::<(Request,), (Response1,)>(&mut store, handler.func)
+            .map_err(anyhow::Error::from)
+            .with_context(|| {
+                format!(
+                    "component `{}`: `fermyon:spin/inbound-http#handle-request` has an \
+                     unexpected type",
+                    component.id
+                )
+            })?;
+        let (resp,): (Response1,) = func.call_async(&mut store, (request,)).await?;
+        anyhow::Ok(resp)
+    };
+    let resp = match app.limits.request_timeout {
+        Some(d) => match tokio::time::timeout(d, run).await {
+            Ok(r) => r,
+            Err(_) => {
+                log_deadline(&component.id, d);
+                return Ok(plain(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"));
+            }
+        },
+        None => run.await,
+    }
+    .with_context(|| format!("component `{}`: handle-http-request failed", component.id))?;
+    if !(100..=599).contains(&resp.status) {
+        return Err(anyhow!(
+            "component `{}` answered with HTTP status {}, which is not a status code",
+            component.id,
+            resp.status
+        ));
+    }
+    let mut out = Response::new(full(resp.body.map(Bytes::from).unwrap_or_default()));
+    *out.status_mut() = StatusCode::from_u16(resp.status)?;
+    for (name, value) in resp.headers.unwrap_or_default() {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .with_context(|| format!("component `{}`: bad header name {name:?}", component.id))?;
+        let value = http::HeaderValue::from_str(&value).with_context(|| {
+            format!("component `{}`: bad value for header {name}", component.id)
+        })?;
+        out.headers_mut().append(name, value);
+    }
+    Ok(out)
+}
+
+fn log_deadline(id: &str, d: Duration) {
+    tracing::error!(
+        component = id,
+        "request past its deadline ({} ms, SPIN_SHIM_REQUEST_TIMEOUT); the instance was stopped",
+        d.as_millis()
+    );
+}
+
+/// Links `fermyon:spin/http` (unversioned) `send-request`.
+pub(super) fn add_to_linker(
+    linker: &mut wasmtime::component::Linker<InstanceState>,
+) -> anyhow::Result<()> {
+    linker.instance("fermyon:spin/http")?.func_wrap_async(
+        "send-request",
+        |mut store: StoreContextMut<'_, InstanceState>, (req,): (Request,)| {
+            let span =
+                crate::host::import_span("fermyon:spin/http", "send-request", &store.data().host);
+            let fut = send(store.data_mut(), req);
+            Box::new(tracing::Instrument::instrument(
+                async move { Ok((fut.await,)) },
+                span,
+            ))
+        },
+    )?;
+    Ok(())
+}
+
+/// Sends a Spin 1.x outbound request through the host's outbound hook: the allow-list
+/// (`destination-not-allowed`), chaining, self requests (a relative `uri`) and client TLS;
+/// the response body is read whole (at most [`MAX_BODY_BYTES`]).
+fn send(
+    state: &mut InstanceState,
+    req: Request,
+) -> impl std::future::Future<Output = Result<Response1, HttpError>> + Send + 'static {
+    let prepared = (|| {
+        let uri: http::Uri = req.uri.parse().map_err(|_| HttpError::InvalidUrl)?;
+        if crate::host::check_outbound(&state.host, &uri).is_err() {
+            return Err(HttpError::DestinationNotAllowed);
+        }
+        let mut builder = http::Request::builder()
+            .method(req.method.to_http())
+            .uri(uri);
+        for (n, v) in &req.headers {
+            builder = builder.header(n, v);
+        }
+        let body = Full::new(Bytes::from(req.body.unwrap_or_default()))
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        let request = builder.body(body).map_err(|_| HttpError::RequestError)?;
+        Ok(WasiHttpHooks::send_request(
+            &mut state.host,
+            request,
+            None,
+            Box::new(async { Ok(()) }),
+        ))
+    })();
+    async move {
+        let fut = prepared?;
+        let (resp, io) = Box::into_pin(fut).await.map_err(|e| {
+            tracing::debug!("Spin 1.x outbound request failed: {e:?}");
+            match e {
+                wasmtime_wasi_http::Error::HttpRequestDenied => HttpError::DestinationNotAllowed,
+                wasmtime_wasi_http::Error::HttpRequestUriInvalid => HttpError::InvalidUrl,
+                _ => HttpError::RequestError,
+            }
+        })?;
+        let io = tokio::spawn(Box::into_pin(io));
+        let (parts, body) = resp.into_parts();
+        let body = Limited::new(body, MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|_| HttpError::RuntimeError)?
+            .to_bytes();
+        io.abort();
+        let headers = parts
+            .headers
+            .iter()
+            .filter_map(|(n, v)| Some((n.to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        Ok(Response1 {
+            status: parts.status.as_u16(),
+            headers: Some(headers),
+            body: Some(body.to_vec()),
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! Spin 1.x-style modules served by `spin-serve`: wasip1 core modules that export Spin's
+//! first HTTP interface (`handle-http-request`, wit-bindgen 0.2's ABI) and import
+//! `spin-config`, `wasi-outbound-http` and `key-value` as core modules, adapted to the
+//! component model at load (`spin_runtime::spin1`).
+//!
+//! The apps: `tests/apps/spin1-go` has the exact imports and exports of an app built with the
+//! Spin Go SDK 2.2.1 (TinyGo `-buildmode=c-shared`: `_initialize`, the SDK's version
+//! markers); TinyGo is not reachable here, so it is written in Rust against the Go SDK's WIT
+//! with hand-written bindings. `tests/apps/spin1-http` is the same ABI shaped as a WASI
+//! command (`_start`, as TinyGo `-target=wasi` built Spin 1.x-era apps). Rust's spin-sdk
+//! 1.x was never published to crates.io (its first release there is 2.1.0), so no app is
+//! built with it. A 1.x module that cannot be adapted fails naming itself and the reason,
+//! and the app's other components are served.
+
+mod common;
+
+use common::*;
+
+/// Checks every route of a spin1-* app; `abi` is the value the app puts in `x-spin1-abi`.
+fn check_app(app: &str, abi: &str, component: &str) {
+    let dir = prepare_app(app);
+    let cache = tempfile::tempdir().unwrap();
+    for round in ["cold", "warm"] {
+        let server = Server::start_with_cache(
+            dir.path(),
+            &[("SPIN_VARIABLE_MESSAGE", "set by the environment")],
+            cache.path(),
+        );
+        let hello = format!(
+            "abi={abi} route=/hello message=set by the environment \
+             undeclared=provider(no variable `not_declared` for component `{component}`: \
+             declare it in [component.{component}.variables])\n"
+        );
+        let r = server.get("/hello");
+        assert_eq!(r.status, 200, "{app} {round}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/plain"));
+        assert_eq!(r.header("x-spin1-abi"), Some(abi));
+        assert_eq!(r.text(), hello, "{app} {round}");
+
+        // The whole request: method, path and query, a request header, Spin's headers, body.
+        let r = request_with(
+            server.addr,
+            "POST",
+            "/echo/a/b?q=1",
+            &[("x-test", "a header")],
+            b"the request body",
+        );
+        assert_eq!(r.status, 201, "{app} {round}: {}", r.text());
+        assert_eq!(r.header("x-echo-method"), Some("POST"));
+        assert_eq!(
+            r.text(),
+            format!(
+                "abi={abi} method=POST uri=/echo/a/b?q=1 x-test=a header path-info=/echo/a/b \
+                 body=the request body\n"
+            )
+        );
+        // A method Spin 1.x's interface cannot name.
+        assert_eq!(request(server.addr, "TRACE", "/echo", b"").status, 405);
+
+        // Outbound HTTP (a self request through the app's listener) and a denied one.
+        let r = server.get("/outbound");
+        assert_eq!(r.status, 200, "{app} {round}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            format!("abi={abi} route=/outbound upstream=200 upstream_abi={abi} {hello}")
+        );
+        let r = server.get("/deny");
+        assert_eq!(r.status, 502, "{app} {round}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            format!("abi={abi} route=/deny error=destination-not-allowed\n")
+        );
+
+        // Key-value: set and get in `default`, a missing key, a store it may not open.
+        let r = request(
+            server.addr,
+            "POST",
+            "/kv",
+            format!("{round}-value").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{app} {round}: {}", r.text());
+        assert_eq!(
+            r.text(),
+            format!(
+                "abi={abi} route=/kv value={round}-value missing=no-such-key \
+                 other_store=access-denied\n"
+            )
+        );
+        let log = server.stderr.lock().unwrap().clone();
+        assert!(
+            log.contains("Spin 1.x module: adapting its imports and exports") == (round == "cold"),
+            "{round}: {log}"
+        );
+    }
+}
+
+#[test]
+fn go_sdk_2_module_serves_http() {
+    check_app("spin1-go", "go-sdk-2.2.1", "go");
+}
+
+#[test]
+fn command_shaped_spin1_module_serves_http() {
+    check_app("spin1-http", "command", "cmd");
+}
+
+/// A Spin 1.x module importing an interface Spin 1.x never had, beside a working one: the
+/// app starts, the log names the component and the import, its route answers 500 and the
+/// other component answers.
+#[test]
+fn unadaptable_module_fails_alone() {
+    let bad = wat::parse_str(
+        r#"(module
+            (import "outbound-nats" "publish" (func (param i32 i32)))
+            (memory (export "memory") 1)
+            (func (export "handle-http-request")
+                (param i32 i32 i32 i32 i32 i32 i32 i32 i32 i32) (result i32)
+                i32.const 0))"#,
+    )
+    .unwrap();
+    let dir = app_from_manifest(&format!(
+        r#"spin_manifest_version = 2
+[application]
+name = "mixed"
+[[trigger.http]]
+route = "/good/..."
+component = "go"
+[[trigger.http]]
+route = "/bad/..."
+component = "bad"
+[component.go]
+source = "{}"
+[component.bad]
+source = "bad.wasm"
+"#,
+        guest_apps_dir_p1().join("spin1_go.wasm").display()
+    ));
+    std::fs::write(dir.path().join("bad.wasm"), bad).unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let r = server.get("/good/x");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text()
+            .starts_with("abi=go-sdk-2.2.1 method=GET uri=/good/x "),
+        "{}",
+        r.text()
+    );
+    assert_eq!(server.get("/bad/x").status, 500);
+    let log = log_with(&server, "cannot be adapted");
+    assert!(
+        log.contains(
+            "component `bad` is a Spin 1.x module (it exports `handle-http-request` or \
+             `handle-redis-message`) that cannot be adapted to the component model"
+        ) && log.contains(
+            "it imports `publish` from `outbound-nats`, which is not a Spin 1.x interface"
+        ),
+        "{log}"
+    );
+}
