@@ -2,8 +2,9 @@
 //! none.
 //!
 //! With the containerd image store, Docker 28 writes the image name into containerd's
-//! container record, Docker 26 and 27 leave it empty (and set no snapshot key, no label or
-//! annotation naming the image: they mount the rootfs themselves and pass its path). What
+//! container record; Docker 26 (checked with Debian's 26.1.5) leaves it empty and sets no
+//! snapshot key, no label or annotation naming the image either: it mounts the rootfs
+//! itself and passes its path. What
 //! Docker does record is its own container config, `<data-root>/containers/<id>/
 //! config.v2.json`, whose `ImageManifest` is the descriptor of the manifest the container
 //! was created from. The spec points there: Docker bind-mounts `/etc/hostname` from
@@ -52,7 +53,7 @@ pub fn unnamed_image(dir: Option<PathBuf>, id: &str) -> anyhow::Result<(String, 
     match dir {
         Some(dir) => recorded_image(&dir, id),
         None => bail!(
-            "container {id}: command `/` without /spin.toml runs a Spin OCI artifact, but containerd's record of the container names no image and no client recorded one (Docker Engine before 28 leaves the name out; its container config was not found beside the spec's /etc/hostname mount); fix: create the container with its image (`ctr run IMAGE`, a CRI pod, Docker 28 or later) or use a spin-in-container image (a rootfs with /spin.toml)"
+            "container {id}: command `/` without /spin.toml runs a Spin OCI artifact, but containerd's record of the container names no image and no client recorded one (Docker Engine 26 leaves the name out; its container config was not found beside the spec's /etc/hostname mount); fix: create the container with its image (`ctr run IMAGE`, a CRI pod, Docker 28 or later) or use a spin-in-container image (a rootfs with /spin.toml)"
         ),
     }
 }

@@ -6,7 +6,7 @@
 //!   unprivileged helpers held by the container's cgroup limits, into the node's root-only
 //!   cache, each container given read-only access to its own entries;
 //! - [`docker`]: which image a container runs when containerd's record names none (Docker
-//!   Engine 26 and 27 leave it out; their own container config says);
+//!   Engine 26 leaves it out; its own container config says);
 //! - [`rootfs`]: lookups in a container's rootfs that never follow its links out of it;
 //! - running the app (the artifact's lock, else `/spin.toml`) on `spin-runtime`.
 //!
