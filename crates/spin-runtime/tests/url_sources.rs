@@ -66,7 +66,7 @@ fn downloads_once_then_serves_from_the_cache() {
     }
     assert_eq!(origin.requests("/app.wasm"), 1);
     let hex = origin.digest()["sha256:".len()..].to_string();
-    assert_eq!(cache_files(cache.path()), [hex.clone()]);
+    assert_eq!(cache_files(cache.path()), std::slice::from_ref(&hex));
     // A second app naming the same digest: no request reaches the origin.
     let server = Server::start(dir.path(), &env);
     assert_eq!(server.get("/y").status, 200);
@@ -74,6 +74,9 @@ fn downloads_once_then_serves_from_the_cache() {
     assert_eq!(origin.requests("/to-https"), 1);
     assert_eq!(cache_files(cache.path()), [hex]);
 }
+
+/// A refused source: URL, digest, extra environment, what the error must say.
+type Case<'a> = (String, String, Vec<(&'a str, &'a str)>, Vec<&'a str>);
 
 #[test]
 fn refuses_what_it_cannot_verify_and_leaves_nothing() {
@@ -85,7 +88,7 @@ fn refuses_what_it_cannot_verify_and_leaves_nothing() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let cases: Vec<(String, String, Vec<(&str, &str)>, Vec<&str>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             origin.url("/app.wasm"),
             wrong.clone(),

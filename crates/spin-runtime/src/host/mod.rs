@@ -749,8 +749,8 @@ pub fn link_error(
     ))
 }
 
-/// The `[[client_tls]]` client config for an HTTPS request to `uri`, if the runtime config
-/// has one for this component and host.
+/// The client config for an HTTPS request to `uri`: the runtime config's `[[client_tls]]`
+/// entry for this component and host, else the default trust store ([`tls::trust_store`]).
 pub fn client_tls_for(state: &HostState, uri: &http::Uri) -> Option<Arc<rustls::ClientConfig>> {
     if uri.scheme_str() != Some("https") {
         return None;
@@ -763,6 +763,7 @@ pub fn client_tls_for(state: &HostState, uri: &http::Uri) -> Option<Arc<rustls::
         .iter()
         .find(|t| t.covers(host, port))
         .map(|t| t.config.clone())
+        .or_else(|| Some(tls::trust_store().http.clone()))
 }
 
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.
