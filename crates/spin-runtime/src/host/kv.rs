@@ -427,7 +427,8 @@ impl KvStore {
 }
 
 /// A store kept in a Redis server (`[key_value_store.<label>] type = "redis"`,
-/// `url = "redis://..."`), as Spin's key-value-redis does it: keys as they are, values as
+/// `url = "redis://..."`, or `rediss://` over TLS verified with
+/// [`super::tls::trust_store`]), as Spin's key-value-redis does it: keys as they are, values as
 /// bytes, `KEYS *` for the key list, `INCRBY` for increments (Redis integers, as text),
 /// `WATCH`/`MULTI` for compare-and-swap. One connection, reopened after an error.
 pub struct RedisStore {
@@ -451,12 +452,14 @@ const REDIS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 impl RedisStore {
     /// Checks the URL; connects on first use (the server may start after the app).
     pub fn open(label: &str, url: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| {
-            anyhow::anyhow!(
-                "key-value store `{label}`: `url` is not a Redis URL ({:?}): use redis://[user:password@]host[:port][/db]",
-                e.kind()
-            )
-        })?;
+        let client =
+            super::tls::redis_client(url, &super::tls::trust_store().data).map_err(|e| {
+                anyhow::anyhow!(
+                    "key-value store `{label}`: `url` is not a usable Redis URL ({e}): use \
+                 redis://[user:password@]host[:port][/db], or rediss:// for TLS (verified \
+                 with the platform's trust store: SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs)"
+                )
+            })?;
         Ok(RedisStore {
             label: label.to_string(),
             client,

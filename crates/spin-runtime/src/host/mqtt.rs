@@ -2,7 +2,9 @@
 //!
 //! `open` takes `mqtt://host:port?client_id=...` (rumqttc's URL form, as in Spin), allowed
 //! only when the component's `allowed_outbound_hosts` has it (`mqtt://host:port`), else
-//! `connection-failed` ("address ... is not permitted"). `publish` returns once the broker
+//! `connection-failed` ("address ... is not permitted"). `mqtts://host:port` (port 8883 by
+//! default) connects over TLS, verified with the component's `[[client_tls]]` entry for the
+//! host or the default trust store (see [`super::tls`]). `publish` returns once the broker
 //! has the message at the requested QoS (sent for 0, PUBACK for 1, PUBCOMP for 2).
 
 use std::time::Duration;
@@ -91,15 +93,21 @@ fn open(
     };
     let url = url::Url::parse(address).map_err(|e| invalid(&e))?;
     let scheme = url.scheme().to_string();
-    let options = rumqttc::MqttOptions::try_from(url).map_err(|e| invalid(&e))?;
+    let mut options = rumqttc::MqttOptions::try_from(url).map_err(|e| invalid(&e))?;
     let (host, port) = options.broker_address();
-    let host = if host.contains(':') && !host.starts_with('[') {
+    let shown = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
     } else {
-        host
+        host.clone()
     };
-    if !h.outbound_allowed(&format!("{scheme}://{host}:{port}"), "mqtt") {
+    if !h.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "mqtt") {
         return Err(refused());
+    }
+    if matches!(options.transport(), rumqttc::Transport::Tls(_)) {
+        let tls = super::tls::data_tls_for(&h.component.tls, &host, port);
+        options.set_transport(rumqttc::Transport::tls_with_config(
+            rumqttc::TlsConfiguration::Rustls(tls.config),
+        ));
     }
     Ok(MqttConnection::new(
         options,

@@ -2,9 +2,11 @@
 //!
 //! `open` takes a `mysql://user:password@host:port/db` URL, allowed only when the
 //! component's `allowed_outbound_hosts` has it (`mysql://host:port`), else
-//! `connection-failed` ("address ... is not permitted", Spin's text). Connections are
-//! plain TCP to that host: an `ssl-mode` other than `DISABLED` is refused with an error
-//! saying so, and so are `socket=` (any Unix socket) and `prefer_socket=true`;
+//! `connection-failed` ("address ... is not permitted", Spin's text). Connections are TCP
+//! to that host; as in Spin, an `ssl-mode` (or `sslmode`) other than `DISABLED` requires
+//! TLS, whose server certificate and host name are always verified, with the component's
+//! `[[client_tls]]` entry for the host or the default trust store (see [`super::tls`]).
+//! `socket=` (any Unix socket) and `prefer_socket=true` are refused;
 //! mysql_async's default of reconnecting over the Unix socket the server names
 //! (`@@socket`) is turned off.
 
@@ -27,9 +29,10 @@ fn is_ssl_param(name: &str) -> bool {
     ["ssl-mode", "sslmode"].contains(&name.to_lowercase().as_str())
 }
 
-/// Connection options from the guest's URL (the `ssl-mode` parameter removed, as Spin does),
-/// always over TCP: parameters that would connect to a Unix socket are refused.
-fn options(address: &str) -> Result<mysql_async::Opts, Error> {
+/// Connection options from the guest's URL (the `ssl-mode` parameter removed, as Spin does)
+/// and whether it asks for TLS; always over TCP: parameters that would connect to a Unix
+/// socket are refused.
+fn options(address: &str) -> Result<(mysql_async::Opts, bool), Error> {
     let url = url::Url::parse(address).map_err(|e| Error::ConnectionFailed(e.to_string()))?;
     for (k, v) in url.query_pairs() {
         if k.eq_ignore_ascii_case("socket") {
@@ -46,16 +49,9 @@ fn options(address: &str) -> Result<mysql_async::Opts, Error> {
             )));
         }
     }
-    if url
+    let tls = url
         .query_pairs()
-        .any(|(k, v)| is_ssl_param(&k) && !v.eq_ignore_ascii_case("disabled"))
-    {
-        return Err(Error::ConnectionFailed(
-            "TLS connections to MySQL are not supported by this runtime; use \
-             ssl-mode=DISABLED or leave ssl-mode out"
-                .into(),
-        ));
-    }
+        .any(|(k, v)| is_ssl_param(&k) && !v.eq_ignore_ascii_case("disabled"));
     let rest: Vec<(String, String)> = url
         .query_pairs()
         .filter(|(k, _)| !is_ssl_param(k))
@@ -68,10 +64,24 @@ fn options(address: &str) -> Result<mysql_async::Opts, Error> {
     }
     let opts = mysql_async::Opts::from_url(cleaned.as_str())
         .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))?;
-    Ok(mysql_async::OptsBuilder::from_opts(opts)
+    let opts = mysql_async::OptsBuilder::from_opts(opts)
         .prefer_socket(false)
         .socket(None::<String>)
-        .into())
+        .into();
+    Ok((opts, tls))
+}
+
+/// mysql_async's TLS options for `tls`: its roots only (not mysql_async's built-in list),
+/// with the client certificate if there is one; verification stays on.
+fn ssl_opts(tls: &super::tls::DataTls) -> mysql_async::SslOpts {
+    mysql_async::SslOpts::default()
+        .with_root_certs(vec![tls.roots_pem.to_vec().into()])
+        .with_disable_built_in_roots(true)
+        .with_client_identity(
+            tls.client_pem
+                .as_ref()
+                .map(|p| mysql_async::ClientIdentity::new(p.0.clone().into(), p.1.clone().into())),
+        )
 }
 
 fn to_value(p: ParameterValue) -> mysql_async::Value {
@@ -190,7 +200,7 @@ impl HostState {
         if !self.outbound_allowed(address, "mysql") {
             return Err(refused());
         }
-        let opts = options(address)?;
+        let (opts, tls) = options(address)?;
         let host = opts.ip_or_hostname();
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
@@ -200,7 +210,13 @@ impl HostState {
         if !self.outbound_allowed(&format!("mysql://{host}:{}", opts.tcp_port()), "mysql") {
             return Err(refused());
         }
-        Ok(opts)
+        if !tls {
+            return Ok(opts);
+        }
+        let tls = super::tls::data_tls_for(&self.component.tls, &host, opts.tcp_port());
+        Ok(mysql_async::OptsBuilder::from_opts(opts)
+            .ssl_opts(Some(ssl_opts(&tls)))
+            .into())
     }
 }
 

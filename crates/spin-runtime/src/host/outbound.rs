@@ -21,8 +21,9 @@ pub fn well_known_port(scheme: &str) -> Option<u16> {
     Some(match scheme {
         "http" => 80,
         "https" => 443,
-        "redis" => 6379,
+        "redis" | "rediss" => 6379,
         "mqtt" => 1883,
+        "mqtts" => 8883,
         "postgres" => 5432,
         "mysql" => 3306,
         _ => return None,

@@ -5,8 +5,12 @@
 //! `open` takes a libpq connection string or URL; every host and every `hostaddr` in it must
 //! be allowed by the component's `allowed_outbound_hosts` (`postgres://host:port`), else
 //! `connection-failed` ("address postgres://... is not permitted", Spin's text); Unix-socket
-//! hosts are refused (see `HostState::pg_check_allowed`). Connections are plain TCP
-//! (`sslmode=disable` and `prefer` behave alike here; `require` is refused).
+//! hosts are refused (see `HostState::pg_check_allowed`). TLS as in Spin: unless
+//! `sslmode=disable`, the server is asked for TLS (`prefer`, the default, goes on in plain
+//! TCP only when the server has no TLS; `require`, `verify-ca` and `verify-full` insist) and
+//! its certificate is always verified, with the component's `[[client_tls]]` entry for the
+//! host or the default trust store (see [`super::tls`]), plus the CA a guest gives with
+//! `connection-builder.set-ca-root`.
 
 // Errors are the WIT's `error` variant (large, as in Spin, which allows it the same way).
 #![allow(clippy::result_large_err)]
@@ -103,17 +107,42 @@ impl HostState {
 
     /// The connection config of `address`, if the component may connect there.
     fn pg_config(&self, address: &str) -> Result<tokio_postgres::Config, v4::Error> {
+        // libpq's verifying modes: tokio-postgres knows them as `require`, and this runtime
+        // verifies the certificate and host name in every TLS mode.
+        let address = address
+            .replace("sslmode=verify-full", "sslmode=require")
+            .replace("sslmode=verify-ca", "sslmode=require");
         let config = address
             .parse::<tokio_postgres::Config>()
             .map_err(|e| conn_failed(e.to_string()))?;
         self.pg_check_allowed(&config)?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(conn_failed(
-                "sslmode=require: TLS connections to PostgreSQL are not supported by this \
-                 runtime; use sslmode=disable",
-            ));
-        }
         Ok(config)
+    }
+
+    /// The TLS connector for `config` (none for `sslmode=disable`), trusting `ca_root` too.
+    fn pg_tls(
+        &self,
+        config: &tokio_postgres::Config,
+        ca_root: Option<&str>,
+    ) -> Result<Option<tokio_postgres_rustls::MakeRustlsConnect>, v4::Error> {
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
+            return Ok(None);
+        }
+        let host = match (config.get_hosts().first(), config.get_hostaddrs().first()) {
+            (Some(tokio_postgres::config::Host::Tcp(h)), _) => h.clone(),
+            (_, Some(a)) => a.to_string(),
+            _ => String::new(),
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let mut tls = super::tls::data_tls_for(&self.component.tls, &host, port);
+        if let Some(pem) = ca_root {
+            tls = tls
+                .with_extra_roots(pem.as_bytes())
+                .map_err(|e| v4::Error::Other(format!("invalid root certificate: {e:#}")))?;
+        }
+        Ok(Some(tokio_postgres_rustls::MakeRustlsConnect::new(
+            (*tls.config).clone(),
+        )))
     }
 
     /// Adds a connected client to the instance's table; its handle's rep.
@@ -126,9 +155,10 @@ impl HostState {
         Ok(res.rep())
     }
 
-    async fn pg_open(&mut self, address: &str) -> Result<u32, v4::Error> {
+    async fn pg_open(&mut self, address: &str, ca_root: Option<&str>) -> Result<u32, v4::Error> {
         let config = self.pg_config(address)?;
-        let client = pg_connect(&config).await?;
+        let tls = self.pg_tls(&config, ca_root)?;
+        let client = pg_connect(&config, tls).await?;
         self.pg_push(client)
     }
 
@@ -158,19 +188,39 @@ impl HostState {
     }
 }
 
-/// Connects (plain TCP) as `config` says.
-async fn pg_connect(config: &tokio_postgres::Config) -> Result<tokio_postgres::Client, v4::Error> {
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| conn_failed(format!("{e:?}")))?;
-    // The connection task ends when the client is dropped (guest drops the resource).
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!("PostgreSQL connection closed: {e}");
+/// Connects as `config` says: over TLS with `tls`, plain TCP without.
+async fn pg_connect(
+    config: &tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<tokio_postgres::Client, v4::Error> {
+    fn spawn<S, T>(connection: tokio_postgres::Connection<S, T>)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        // The connection task ends when the client is dropped (guest drops the resource).
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("PostgreSQL connection closed: {e}");
+            }
+        });
+    }
+    let failed = |e: tokio_postgres::Error| conn_failed(format!("{e:?}"));
+    Ok(match tls {
+        Some(tls) => {
+            let (client, connection) = config.connect(tls).await.map_err(failed)?;
+            spawn(connection);
+            client
         }
-    });
-    Ok(client)
+        None => {
+            let (client, connection) = config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(failed)?;
+            spawn(connection);
+            client
+        }
+    })
 }
 
 /// Runs a command; the number of rows it affected.
@@ -671,7 +721,7 @@ impl v4::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<PgConnection>, v4::Error>> {
-        Ok(self.pg_open(&address).await.map(Resource::new_own))
+        Ok(self.pg_open(&address, None).await.map(Resource::new_own))
     }
 
     async fn query(
@@ -796,7 +846,7 @@ impl v3::HostConnection for HostState {
         address: String,
     ) -> wasmtime::Result<Result<Resource<PgConnection>, v3::Error>> {
         Ok(self
-            .pg_open(&address)
+            .pg_open(&address, None)
             .await
             .map(Resource::new_own)
             .map_err(v3_error))
@@ -931,7 +981,7 @@ impl v2::HostConnection for HostState {
         address: String,
     ) -> wasmtime::Result<Result<Resource<PgConnection>, v2t::Error>> {
         Ok(self
-            .pg_open(&address)
+            .pg_open(&address, None)
             .await
             .map(Resource::new_own)
             .map_err(v2_error))
@@ -985,9 +1035,10 @@ impl v2t::Host for HostState {}
 // of the rows (read under the same byte cap as `query`), and a future resolving once they are
 // all delivered.
 
-/// A `connection-builder`: the address to open.
+/// A `connection-builder`: the address to open and the CA root to trust too.
 pub struct PgConnectionBuilder {
     address: String,
+    ca_root: Option<String>,
 }
 
 mod v4_2 {
@@ -1006,7 +1057,7 @@ mod v4_2 {
     );
 
     pub(super) async fn open(h: &mut HostState, address: String) -> R<Conn> {
-        Ok(h.pg_open(&address).await.map(Resource::new_own))
+        Ok(h.pg_open(&address, None).await.map(Resource::new_own))
     }
 
     pub(super) async fn query(
@@ -1032,11 +1083,24 @@ mod v4_2 {
     }
 
     pub(super) async fn open_async(acc: &Accessor, address: String) -> R<Conn> {
-        let config = match with_host(acc, |h| h.pg_config(&address)) {
+        open_with_root_async(acc, address, None).await
+    }
+
+    async fn open_with_root_async(
+        acc: &Accessor,
+        address: String,
+        ca_root: Option<String>,
+    ) -> R<Conn> {
+        let setup = with_host(acc, |h| {
+            let config = h.pg_config(&address)?;
+            let tls = h.pg_tls(&config, ca_root.as_deref())?;
+            Ok((config, tls))
+        });
+        let (config, tls) = match setup {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let client = match super::pg_connect(&config).await {
+        let client = match super::pg_connect(&config, tls).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -1076,34 +1140,48 @@ mod v4_2 {
     }
 
     pub(super) fn builder_new(h: &mut HostState, address: String) -> wasmtime::Result<Builder> {
-        Ok(h.table().push(PgConnectionBuilder { address })?)
+        Ok(h.table().push(PgConnectionBuilder {
+            address,
+            ca_root: None,
+        })?)
     }
 
+    /// Checks the PEM now (Spin's "invalid root certificate"), keeps it for `build`.
     pub(super) fn builder_set_ca_root(
-        _h: &mut HostState,
-        _this: Builder,
-        _certificate: String,
+        h: &mut HostState,
+        this: Builder,
+        certificate: String,
     ) -> R<()> {
-        Ok(Err(v4::Error::ConnectionFailed(
-            "set-ca-root: TLS connections to PostgreSQL are not supported by this runtime, so a \
-             CA root certificate cannot be used; connect without TLS (sslmode=disable) and \
-             without set-ca-root"
-                .into(),
-        )))
+        if let Err(e) = crate::host::tls::trust_store()
+            .data
+            .with_extra_roots(certificate.as_bytes())
+        {
+            return Ok(Err(v4::Error::Other(format!(
+                "invalid root certificate: {e:#}"
+            ))));
+        }
+        h.table().get_mut(&this)?.ca_root = Some(certificate);
+        Ok(Ok(()))
     }
 
-    fn builder_address(h: &mut HostState, this: &Builder) -> wasmtime::Result<String> {
-        Ok(h.table().get(this)?.address.clone())
+    fn builder_info(
+        h: &mut HostState,
+        this: &Builder,
+    ) -> wasmtime::Result<(String, Option<String>)> {
+        let b = h.table().get(this)?;
+        Ok((b.address.clone(), b.ca_root.clone()))
     }
 
     pub(super) async fn builder_build(h: &mut HostState, this: Builder) -> R<Conn> {
-        let address = builder_address(h, &this)?;
-        open(h, address).await
+        let (address, ca_root) = builder_info(h, &this)?;
+        Ok(h.pg_open(&address, ca_root.as_deref())
+            .await
+            .map(Resource::new_own))
     }
 
     pub(super) async fn builder_build_async(acc: &Accessor, this: Builder) -> R<Conn> {
-        let address = with_host(acc, |h| builder_address(h, &this))?;
-        open_async(acc, address).await
+        let (address, ca_root) = with_host(acc, |h| builder_info(h, &this))?;
+        open_with_root_async(acc, address, ca_root).await
     }
 
     pub(super) fn builder_drop(h: &mut HostState, this: Builder) -> wasmtime::Result<()> {

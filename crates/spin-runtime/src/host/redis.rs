@@ -3,7 +3,9 @@
 //! `open` is allowed only to addresses in the component's `allowed_outbound_hosts`
 //! (`redis://host:port`; an address without a scheme is taken as `redis://`); a denied
 //! address is `invalid-address`, as in Spin, and the log names the entry to add. Unix
-//! sockets (`redis+unix://`, `unix://`) are refused.
+//! sockets (`redis+unix://`, `unix://`) are refused. `rediss://` connects over TLS,
+//! verified with the component's `[[client_tls]]` entry for the host or the default trust
+//! store (see [`super::tls`]); the allow-list entry names `rediss://host:port`.
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, FromRedisValue, Value};
@@ -214,17 +216,9 @@ impl HostState {
             return Err(Error::InvalidAddress);
         }
         let client = redis::Client::open(address).map_err(|_| Error::InvalidAddress)?;
-        match client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, port) => {
-                let host = if host.contains(':') {
-                    format!("[{host}]")
-                } else {
-                    host.clone()
-                };
-                if !self.outbound_allowed(&format!("redis://{host}:{port}"), "redis") {
-                    return Err(Error::InvalidAddress);
-                }
-            }
+        let (scheme, host, port) = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port) => ("redis", host, *port),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => ("rediss", host, *port),
             _ => {
                 tracing::error!(
                     "component `{}` tried to open Redis over a Unix socket ({}): Unix sockets \
@@ -235,8 +229,27 @@ impl HostState {
                 );
                 return Err(Error::InvalidAddress);
             }
+        };
+        let shown = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        if !self.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "redis") {
+            return Err(Error::InvalidAddress);
         }
-        Ok(client)
+        if scheme == "redis" {
+            return Ok(client);
+        }
+        let tls = super::tls::data_tls_for(&self.component.tls, host, port);
+        super::tls::redis_client(address, &tls).map_err(|e| {
+            tracing::error!(
+                "component `{}`: Redis address {}: {e:#}",
+                self.component.id,
+                super::outbound::origin_only(address)
+            );
+            Error::InvalidAddress
+        })
     }
 }
 

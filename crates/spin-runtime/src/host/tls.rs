@@ -2,7 +2,12 @@
 //! per component and destination host, the CA roots to trust for outbound HTTPS (a PEM
 //! file, the platform's roots, webpki's) and a client certificate to present.
 //!
-//! Requests to hosts without an entry keep wasmtime-wasi-http's client (webpki roots).
+//! Everything else that goes out over TLS (HTTPS without an entry, `rediss://`, PostgreSQL
+//! `sslmode`, MySQL `ssl-mode`, `mqtts://`) verifies the server with [`trust_store`]: the
+//! platform's roots as Spin 4's rustls-platform-verifier finds them on Linux
+//! (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the image's `/etc/ssl/certs` and the other
+//! OpenSSL locations) plus Mozilla's roots (webpki-root-certs), as Spin 4's defaults
+//! (`ca_use_platform_roots` and `ca_use_webpki_roots` both on). Verification is never off.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,9 +20,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-/// Where the platform's CA bundle is on Debian-family systems.
-const PLATFORM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
-
 /// One `[[client_tls]]` entry, loaded.
 #[derive(Clone)]
 pub struct ClientTls {
@@ -25,8 +27,144 @@ pub struct ClientTls {
     pub components: Vec<String>,
     /// `hosts`: `host` or `host:port`.
     pub hosts: Vec<(String, Option<u16>)>,
-    /// The client config built from the entry.
+    /// The client config built from the entry (HTTP/1.1 ALPN).
     pub config: Arc<rustls::ClientConfig>,
+    /// The same trust and client certificate for the other protocols.
+    pub data: DataTls,
+}
+
+/// The TLS settings of a connection to a data service (Redis, PostgreSQL, MySQL, MQTT): a
+/// rustls config without ALPN, and the same roots and client certificate as PEM for the
+/// clients that take PEM (redis, mysql_async).
+#[derive(Clone)]
+pub struct DataTls {
+    /// The rustls config (no ALPN).
+    pub config: Arc<rustls::ClientConfig>,
+    /// The trusted roots, PEM.
+    pub roots_pem: Arc<Vec<u8>>,
+    /// The client certificate chain and private key, PEM, if one is presented.
+    pub client_pem: Option<Arc<(Vec<u8>, Vec<u8>)>>,
+}
+
+/// The process's default trust store (see the module doc), read once, on first use.
+pub struct TrustStore {
+    /// The roots that came from the platform (webpki's not included).
+    pub platform: Vec<CertificateDer<'static>>,
+    /// The rustls config for HTTPS (HTTP/1.1 ALPN).
+    pub http: Arc<rustls::ClientConfig>,
+    /// The settings for data services.
+    pub data: DataTls,
+}
+
+/// Reads the platform's roots: `SSL_CERT_FILE`/`SSL_CERT_DIR` when set, else the OpenSSL
+/// locations of the image. Unreadable files are logged (named) and skipped.
+fn platform_roots() -> Vec<CertificateDer<'static>> {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!(
+            "TLS trust store: {e}; its certificates are not trusted (check SSL_CERT_FILE / \
+             SSL_CERT_DIR or the image's /etc/ssl/certs)"
+        );
+    }
+    found.certs
+}
+
+/// PEM text of `certs`.
+fn to_pem(certs: &[CertificateDer<'_>]) -> Vec<u8> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    for c in certs {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(c.as_ref());
+        out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    out
+}
+
+/// A rustls config builder with ring and the safe protocol versions, trusting `roots`
+/// (certificates rustls cannot use as anchors are skipped, as rustls-platform-verifier does).
+fn builder(
+    roots: &[CertificateDer<'static>],
+) -> anyhow::Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>> {
+    let mut store = rustls::RootCertStore::empty();
+    store.add_parsable_certificates(roots.iter().cloned());
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("TLS protocol versions")?
+    .with_root_certificates(store))
+}
+
+/// The process's default trust store: the platform's roots plus Mozilla's.
+pub fn trust_store() -> &'static TrustStore {
+    static STORE: std::sync::OnceLock<TrustStore> = std::sync::OnceLock::new();
+    STORE.get_or_init(|| {
+        // The redis and mysql_async clients build their configs with the process default
+        // provider: make it ring, as everywhere else here (no-op if one is installed).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let platform = platform_roots();
+        let platform_count = platform.len();
+        let mut roots = platform.clone();
+        roots.extend(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
+        tracing::debug!(
+            "TLS trust store: {platform_count} platform roots and {} of Mozilla's",
+            webpki_root_certs::TLS_SERVER_ROOT_CERTS.len()
+        );
+        let config = builder(&roots)
+            .expect("ring supports the safe default protocol versions")
+            .with_no_client_auth();
+        let mut http = config.clone();
+        http.alpn_protocols = vec![b"http/1.1".to_vec()];
+        TrustStore {
+            platform,
+            http: Arc::new(http),
+            data: DataTls {
+                config: Arc::new(config),
+                roots_pem: Arc::new(to_pem(&roots)),
+                client_pem: None,
+            },
+        }
+    })
+}
+
+/// The TLS settings for a connection to `host:port` from `component`: its `[[client_tls]]`
+/// entry for that host if it has one, else the default trust store.
+pub fn data_tls_for(entries: &[ClientTls], host: &str, port: u16) -> DataTls {
+    let default = trust_store();
+    entries
+        .iter()
+        .find(|t| t.covers(host.trim_matches(['[', ']']), port))
+        .map(|t| t.data.clone())
+        .unwrap_or_else(|| default.data.clone())
+}
+
+/// Opens a Redis client for `url`; a `rediss://` URL gets `tls` (its roots and client
+/// certificate). Certificate verification cannot be turned off: `#insecure` is refused.
+pub fn redis_client(url: &str, tls: &DataTls) -> anyhow::Result<redis::Client> {
+    let client = redis::Client::open(url)?;
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => bail!(
+            "`#insecure` turns off certificate verification, which this runtime does not do; \
+             remove it and trust the server's CA (SSL_CERT_FILE, or [[client_tls]] \
+             ca_roots_file in the runtime config)"
+        ),
+        redis::ConnectionAddr::TcpTls { .. } => Ok(redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: tls.client_pem.as_ref().map(|p| redis::ClientTlsConfig {
+                    client_cert: p.0.clone(),
+                    client_key: p.1.clone(),
+                }),
+                root_cert: Some(tls.roots_pem.to_vec()),
+            },
+        )?),
+        _ => Ok(client),
+    }
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -147,33 +285,35 @@ pub fn parse_runtime_config(
                 (None, None) => (roots_file.is_none(), false),
             };
         let what = format!("{origin}: `{key}`");
-        let mut roots = rustls::RootCertStore::empty();
+        let mut roots = Vec::new();
         if webpki {
-            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            roots.extend(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
         }
         if platform {
-            for c in load_certs(
-                Path::new(PLATFORM_ROOTS),
-                &format!("{what} (platform roots)"),
-            )? {
-                let _ = roots.add(c);
+            let store = trust_store();
+            if store.platform.is_empty() {
+                bail!(
+                    "{what}: ca_use_platform_roots is set but the platform has no CA \
+                     certificates (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs); give \
+                     ca_roots_file or ca_use_webpki_roots = true"
+                );
             }
+            roots.extend(store.platform.iter().cloned());
         }
         if let Some(f) = &roots_file {
             for c in load_certs(f, &format!("{what}.ca_roots_file"))? {
-                roots.add(c).with_context(|| {
+                let mut probe = rustls::RootCertStore::empty();
+                probe.add(c.clone()).with_context(|| {
                     format!(
                         "{what}.ca_roots_file: {} has an unusable certificate",
                         f.display()
                     )
                 })?;
+                roots.push(c);
             }
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .context("TLS protocol versions")?
-            .with_root_certificates(roots);
+        let builder = builder(&roots)?;
+        let mut client_pem = None;
         let mut config = match (path("client_cert_file")?, path("client_private_key_file")?) {
             (Some(cert), Some(key_file)) => {
                 let chain = load_certs(&cert, &format!("{what}.client_cert_file"))?;
@@ -183,6 +323,13 @@ pub fn parse_runtime_config(
                         key_file.display()
                     )
                 })?;
+                let key_pem = std::fs::read(&key_file).with_context(|| {
+                    format!(
+                        "{what}.client_private_key_file: cannot read {}",
+                        key_file.display()
+                    )
+                })?;
+                client_pem = Some(Arc::new((to_pem(&chain), key_pem)));
                 builder.with_client_auth_cert(chain, key).with_context(|| {
                     format!("{what}: the client certificate and key do not match")
                 })?
@@ -195,11 +342,17 @@ pub fn parse_runtime_config(
                 bail!("{what}: client_private_key_file given without client_cert_file")
             }
         };
+        let data = DataTls {
+            config: Arc::new(config.clone()),
+            roots_pem: Arc::new(to_pem(&roots)),
+            client_pem,
+        };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         out.push(ClientTls {
             components,
             hosts,
             config: Arc::new(config),
+            data,
         });
     }
     Ok(out)
@@ -241,7 +394,14 @@ pub async fn send(
     let tls = tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
-        .map_err(Error::Tls)?;
+        .map_err(|e| {
+            tracing::warn!(
+                "outbound HTTPS to {host}:{port}: TLS handshake failed: {e} (a server signed \
+                 by a private CA is trusted through SSL_CERT_FILE / SSL_CERT_DIR or a \
+                 [[client_tls]] ca_roots_file in the runtime config)"
+            );
+            Error::Tls(e)
+        })?;
     let (mut sender, conn) = tokio::time::timeout(
         connect_timeout,
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)),
@@ -268,4 +428,42 @@ pub async fn send(
             }
         }),
     ))
+}
+
+impl DataTls {
+    /// These settings with the PEM certificates in `pem` trusted as well (PostgreSQL's
+    /// `connection-builder.set-ca-root`, which Spin adds to the platform's roots).
+    pub fn with_extra_roots(&self, pem: &[u8]) -> anyhow::Result<DataTls> {
+        let extra = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .context("the CA root is not PEM certificates")?;
+        if extra.is_empty() {
+            bail!("the CA root holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+        }
+        let mut roots = CertificateDer::pem_slice_iter(&self.roots_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .context("trusted roots")?;
+        for c in &extra {
+            rustls::RootCertStore::empty()
+                .add(c.clone())
+                .context("the CA root is not a usable CA certificate")?;
+        }
+        roots.extend(extra);
+        let builder = builder(&roots)?;
+        let config = match &self.client_pem {
+            Some(p) => {
+                let chain = CertificateDer::pem_slice_iter(&p.0)
+                    .collect::<Result<Vec<_>, _>>()
+                    .context("client certificate")?;
+                let key = PrivateKeyDer::from_pem_slice(&p.1).context("client private key")?;
+                builder.with_client_auth_cert(chain, key)?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        Ok(DataTls {
+            config: Arc::new(config),
+            roots_pem: Arc::new(to_pem(&roots)),
+            client_pem: self.client_pem.clone(),
+        })
+    }
 }

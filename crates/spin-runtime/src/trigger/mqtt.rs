@@ -68,23 +68,23 @@ pub(crate) fn keep_alive(text: &str) -> anyhow::Result<Duration> {
     })
 }
 
-/// Host and port of `mqtt://host:port` (or `tcp://`; port 1883 by default).
-fn host_port(address: &str) -> anyhow::Result<(String, u16)> {
+/// Host, port and TLS of `mqtt://host:port` (or `tcp://`; port 1883 by default) or
+/// `mqtts://host:port` (or `ssl://`; TLS, port 8883 by default).
+fn host_port(address: &str) -> anyhow::Result<(String, u16, bool)> {
     let url = url::Url::parse(address).map_err(|e| {
         anyhow!("MQTT address `{address}` is not a URL such as mqtt://broker:1883: {e}")
     })?;
-    match url.scheme() {
-        "mqtt" | "tcp" => {}
-        "mqtts" | "ssl" | "tls" => bail!(
-            "MQTT address `{address}`: TLS brokers are not supported by this runtime; use a \
-             plain mqtt:// listener"
-        ),
-        other => bail!("MQTT address `{address}`: scheme `{other}` is not mqtt://"),
-    }
+    let (tls, default_port) = match url.scheme() {
+        "mqtt" | "tcp" => (false, 1883),
+        "mqtts" | "ssl" => (true, 8883),
+        other => {
+            bail!("MQTT address `{address}`: scheme `{other}` is not mqtt:// (or mqtts:// for TLS)")
+        }
+    };
     let host = url
         .host_str()
         .ok_or_else(|| anyhow!("MQTT address `{address}` has no host"))?;
-    Ok((host.to_string(), url.port().unwrap_or(1883)))
+    Ok((host.to_string(), url.port().unwrap_or(default_port), tls))
 }
 
 /// One `[[trigger.mqtt]]` entry, ready to connect.
@@ -111,7 +111,7 @@ pub(crate) fn prepare(
     let username = expand(&s.username, vars, &format!("{key}.username`"))?;
     let password = expand(&s.password, vars, &format!("{key}.password`"))?;
     let keep_alive = keep_alive(&s.keep_alive_interval)?;
-    let (host, port) = host_port(&address)?;
+    let (host, port, tls) = host_port(&address)?;
     let mut out = Vec::new();
     for (n, t) in events.mqtt.iter().enumerate() {
         let what = format!("mqtt trigger `{}`", t.id);
@@ -129,6 +129,14 @@ pub(crate) fn prepare(
         let client_id = format!("spin-{}-{n}-{}", std::process::id(), t.id);
         let mut options = MqttOptions::new(client_id, host.clone(), port);
         options.set_keep_alive(keep_alive).set_clean_session(true);
+        if tls {
+            // Verified with the platform's trust store (SSL_CERT_FILE, SSL_CERT_DIR, ...).
+            options.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Rustls(
+                    crate::host::tls::trust_store().data.config.clone(),
+                ),
+            ));
+        }
         if !username.is_empty() {
             options.set_credentials(username.clone(), password.clone());
         }
@@ -234,12 +242,16 @@ mod tests {
         assert!(keep_alive("x").is_err());
         assert_eq!(
             host_port("mqtt://127.0.0.1:1999").unwrap(),
-            ("127.0.0.1".to_string(), 1999)
+            ("127.0.0.1".to_string(), 1999, false)
         );
         assert_eq!(host_port("mqtt://broker").unwrap().1, 1883);
-        assert!(host_port("mqtts://b:8883")
+        assert_eq!(
+            host_port("mqtts://b").unwrap(),
+            ("b".to_string(), 8883, true)
+        );
+        assert!(host_port("ws://b:80")
             .unwrap_err()
             .to_string()
-            .contains("TLS"));
+            .contains("mqtts://"));
     }
 }

@@ -102,9 +102,15 @@ pub(crate) fn prepare(
     servers
         .into_iter()
         .map(|(address, channels)| {
-            let client = redis::Client::open(address.as_str()).map_err(|e| {
+            let client = crate::host::tls::redis_client(
+                address.as_str(),
+                &crate::host::tls::trust_store().data,
+            )
+            .map_err(|e| {
                 anyhow!(
-                    "redis trigger address `{}` is not a Redis URL such as redis://host:6379: {e}",
+                    "redis trigger address `{}` is not a usable Redis URL such as \
+                     redis://host:6379 or rediss://host:6379 (TLS, verified with the platform's \
+                     trust store: SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs): {e:#}",
                     redact(&address)
                 )
             })?;
