@@ -790,12 +790,9 @@ mod tests {
         assert!(!allow.is_forbidden(Path::new("/data/hostprocx")));
     }
 
-    #[test]
-    fn device_nodes_of_the_image_are_forbidden() {
-        let d = tempfile::tempdir().unwrap();
-        tree(d.path());
-        // A character device as an image layer would carry it: /data/app/null (1:3).
-        let node = d.path().join("data/app/null");
+    /// Makes a character device like `/dev/null` (1:3) at `node`, as an image layer would
+    /// carry it; false (with a message: the test is skipped) without root.
+    fn mknod_null(node: &Path) -> bool {
         let c = std::ffi::CString::new(node.as_os_str().as_bytes()).unwrap();
         // SAFETY: mknod of a path we own; the test runs as root (as the shim does).
         if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } != 0 {
@@ -803,6 +800,18 @@ mod tests {
                 "skipped: mknod needs root ({})",
                 std::io::Error::last_os_error()
             );
+            return false;
+        }
+        true
+    }
+
+    #[test]
+    fn device_nodes_of_the_image_are_forbidden() {
+        let d = tempfile::tempdir().unwrap();
+        tree(d.path());
+        // A character device as an image layer would carry it: /data/app/null (1:3).
+        let node = d.path().join("data/app/null");
+        if !mknod_null(&node) {
             return;
         }
         let mut allow = AllowList::from_mounts(&parse_mountinfo(MOUNTINFO));
@@ -838,13 +847,7 @@ mod tests {
             }
         }
         let node = d.path().join("d0000/zz-null");
-        let c = std::ffi::CString::new(node.as_os_str().as_bytes()).unwrap();
-        // SAFETY: mknod of a path we own; the test runs as root (as the shim does).
-        if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } != 0 {
-            eprintln!(
-                "skipped: mknod needs root ({})",
-                std::io::Error::last_os_error()
-            );
+        if !mknod_null(&node) {
             return;
         }
         let entries = dirs + dirs * per_dir;
