@@ -153,21 +153,39 @@ fn require(prog: &str, package: &str) -> String {
 
 /// `redis-server` without persistence.
 pub fn redis() -> ServerProcess {
-    redis_with(false)
+    redis_with(false, None)
 }
 
 /// `redis-server` without persistence, also listening on the Unix socket `redis.sock` in its
 /// dir.
 pub fn redis_with_unix_socket() -> ServerProcess {
-    redis_with(true)
+    redis_with(true, None)
 }
 
-fn redis_with(unix_socket: bool) -> ServerProcess {
+/// `redis-server` serving TLS only (`--tls-port`), with `server.pem`/`server.key` of `pki`
+/// (see `common::make_pki`); clients need no certificate.
+pub fn redis_tls(pki: &Path) -> ServerProcess {
+    redis_with(false, Some(pki))
+}
+
+fn redis_with(unix_socket: bool, tls: Option<&Path>) -> ServerProcess {
     let bin = require("redis-server", "redis-server");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+    match tls {
+        None => cmd.args(["--port", &port.to_string()]),
+        Some(pki) => cmd
+            .args(["--port", "0", "--tls-port", &port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(pki.join("server.pem"))
+            .arg("--tls-key-file")
+            .arg(pki.join("server.key"))
+            .arg("--tls-ca-cert-file")
+            .arg(pki.join("ca.pem"))
+            .args(["--tls-auth-clients", "no"]),
+    };
+    cmd.args(["--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
         .arg("--dir")
         .arg(dir.path());
@@ -199,6 +217,16 @@ pub fn postgres() -> ServerProcess {
 /// As [`postgres`], listening on each of the loopback addresses `listen` (one port), and on
 /// its Unix socket `.s.PGSQL.<port>` in its dir.
 pub fn postgres_on(listen: &[&str]) -> ServerProcess {
+    postgres_with(listen, None)
+}
+
+/// As [`postgres`] with `ssl=on` (`server.pem`/`server.key` of `pki`, see
+/// `common::make_pki`) and TCP clients accepted over TLS only (`hostssl` in pg_hba.conf).
+pub fn postgres_tls(pki: &Path) -> ServerProcess {
+    postgres_with(&["127.0.0.1"], Some(pki))
+}
+
+fn postgres_with(listen: &[&str], tls: Option<&Path>) -> ServerProcess {
     let bin_dir = std::fs::read_dir("/usr/lib/postgresql")
         .ok()
         .and_then(|entries| {
@@ -211,6 +239,14 @@ pub fn postgres_on(listen: &[&str]) -> ServerProcess {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
+    if let Some(pki) = tls {
+        for f in ["server.pem", "server.key"] {
+            std::fs::copy(pki.join(f), dir.path().join(f)).unwrap();
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        let key = dir.path().join("server.key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let chown = Command::new("chown")
         .args(["-R", "postgres:postgres"])
         .arg(dir.path())
@@ -247,6 +283,23 @@ pub fn postgres_on(listen: &[&str]) -> ServerProcess {
         .arg("-k")
         .arg(dir.path())
         .args(["-c", "fsync=off"]);
+    if tls.is_some() {
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+        )
+        .unwrap();
+        cmd.args(["-c", "ssl=on", "-c"])
+            .arg(format!(
+                "ssl_cert_file={}",
+                dir.path().join("server.pem").display()
+            ))
+            .arg("-c")
+            .arg(format!(
+                "ssl_key_file={}",
+                dir.path().join("server.key").display()
+            ));
+    }
     let argv = argv_of(&cmd);
     let child = spawn("postgres", cmd, dir.path());
     let mut s = ServerProcess {
@@ -271,6 +324,17 @@ pub fn postgres_on(listen: &[&str]) -> ServerProcess {
 /// MariaDB (`mariadbd`) as root with grant tables skipped (any user, no password) and a
 /// database `spin_test`.
 pub fn mariadb() -> ServerProcess {
+    mariadb_with(None)
+}
+
+/// As [`mariadb`] with TLS (`server.pem`/`server.key` of `pki`, see `common::make_pki`).
+/// Plain TCP clients are still accepted: `require_secure_transport` is not enforced with
+/// `--skip-grant-tables`.
+pub fn mariadb_tls(pki: &Path) -> ServerProcess {
+    mariadb_with(Some(pki))
+}
+
+fn mariadb_with(tls: Option<&Path>) -> ServerProcess {
     let install = require("mariadb-install-db", "mariadb-server");
     let server = require("mariadbd", "mariadb-server");
     let dir = tempfile::tempdir().unwrap();
@@ -300,6 +364,11 @@ pub fn mariadb() -> ServerProcess {
         ))
         .args(["--bind-address=127.0.0.1", &format!("--port={port}")])
         .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M"]);
+    if let Some(pki) = tls {
+        cmd.arg(format!("--ssl-cert={}", pki.join("server.pem").display()))
+            .arg(format!("--ssl-key={}", pki.join("server.key").display()))
+            .arg(format!("--ssl-ca={}", pki.join("ca.pem").display()));
+    }
     let argv = argv_of(&cmd);
     let child = spawn("mariadbd", cmd, dir.path());
     let mut s = ServerProcess {
@@ -311,9 +380,13 @@ pub fn mariadb() -> ServerProcess {
         dir,
     };
     let client = require("mariadb", "mariadb-client");
+    let client_tls: Vec<String> = tls
+        .map(|pki| vec![format!("--ssl-ca={}", pki.join("ca.pem").display())])
+        .unwrap_or_default();
     s.wait_ready(|s| {
         Command::new(&client)
             .args(["--no-defaults", "-h", "127.0.0.1", "-u", "root"])
+            .args(&client_tls)
             .arg(format!("-P{}", s.port))
             .args(["-e", "CREATE DATABASE IF NOT EXISTS spin_test"])
             .stdout(Stdio::null())
@@ -326,13 +399,35 @@ pub fn mariadb() -> ServerProcess {
 
 /// Mosquitto with one anonymous loopback listener and no persistence.
 pub fn mosquitto() -> ServerProcess {
+    mosquitto_with(None)
+}
+
+/// As [`mosquitto`] with a TLS listener (`server.pem`/`server.key` of `pki`, see
+/// `common::make_pki`) instead of the plain one.
+pub fn mosquitto_tls(pki: &Path) -> ServerProcess {
+    mosquitto_with(Some(pki))
+}
+
+fn mosquitto_with(tls: Option<&Path>) -> ServerProcess {
     let bin = require("mosquitto", "mosquitto");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let conf = dir.path().join("mosquitto.conf");
+    let tls = tls
+        .map(|pki| {
+            format!(
+                "cafile {}\ncertfile {}\nkeyfile {}\n",
+                pki.join("ca.pem").display(),
+                pki.join("server.pem").display(),
+                pki.join("server.key").display()
+            )
+        })
+        .unwrap_or_default();
     std::fs::write(
         &conf,
-        format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser root\n"),
+        format!(
+            "listener {port} 127.0.0.1\n{tls}allow_anonymous true\npersistence false\nuser root\n"
+        ),
     )
     .unwrap();
     let mut cmd = Command::new(bin);
