@@ -744,19 +744,97 @@ impl<S: tokio::io::AsyncRead> tokio::io::AsyncRead for WriteProgress<S> {
     }
 }
 
-/// Per-connection activity, for the idle timeout.
+/// Per-connection activity, for the idle and write timeouts.
 struct Activity {
     busy: std::sync::atomic::AtomicUsize,
     last: std::sync::Mutex<tokio::time::Instant>,
+    /// Response bodies that handed hyper a frame and wait for it to ask for the next one.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// When hyper last asked a response body for a frame.
+    progress: std::sync::Mutex<tokio::time::Instant>,
 }
 
 impl Activity {
+    fn new() -> Activity {
+        Activity {
+            busy: Default::default(),
+            last: std::sync::Mutex::new(tokio::time::Instant::now()),
+            waiting: Default::default(),
+            progress: std::sync::Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
     fn last(&self) -> tokio::time::Instant {
         *self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn touch(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+    }
+
+    fn progress(&self) -> tokio::time::Instant {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn progressed(&self) {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = tokio::time::Instant::now();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that records when hyper asks it for frames ([`Activity::waiting`]).
+    /// An HTTP/2 client that keeps its flow-control window closed stalls the response
+    /// without stalling the socket, which [`WriteProgress`] cannot see; hyper then stops
+    /// asking the body for frames, and [`drive`] closes the connection after the write
+    /// timeout.
+    struct Progress {
+        #[pin]
+        inner: HyperOutgoingBody,
+        activity: Arc<Activity>,
+        // A frame was handed and hyper has not asked for the next one yet.
+        handed: bool,
+    }
+
+    impl PinnedDrop for Progress {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.handed {
+                this.activity
+                    .waiting
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl hyper::body::Body for Progress {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let this = self.project();
+        if std::mem::take(this.handed) {
+            this.activity.waiting.fetch_sub(1, SeqCst);
+        }
+        this.activity.progressed();
+        let frame = this.inner.poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(_))) = &frame {
+            *this.handed = true;
+            this.activity.waiting.fetch_add(1, SeqCst);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -832,6 +910,7 @@ fn connection_service(
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let app = app.clone();
         let busy = Busy::new(&activity);
+        let activity = activity.clone();
         let upgrade = upgrade.clone().filter(|_| crate::h2c::wants_upgrade(&req));
         let pending = upgrade.map(|slot| {
             let frames = crate::h2c::stream_one(&req);
@@ -847,7 +926,15 @@ fn connection_service(
             }
             let r = handle(app, req, client, local, scheme).await;
             drop(busy);
-            Ok(r)
+            Ok(r.map(|inner| {
+                let handed = false;
+                Progress {
+                    inner,
+                    activity,
+                    handed,
+                }
+                .boxed_unsync()
+            }))
         }
     })
 }
@@ -874,13 +961,15 @@ fn timed_out<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io
     None
 }
 
-/// Drives `conn` until it ends, is idle for the idle timeout, or `stop` fires (then it
-/// finishes its current requests and closes): `shutdown` starts its graceful shutdown.
+/// Drives `conn` until it ends; `shutdown` starts its graceful shutdown (it then finishes
+/// its current requests and closes) when it is idle for the idle timeout or `stop` fires. A
+/// connection whose responses wait for the client for the write timeout (an HTTP/2 client
+/// that keeps its flow-control window closed, see [`Progress`]) is dropped.
 async fn drive<C, E>(
     mut conn: std::pin::Pin<&mut C>,
     shutdown: fn(std::pin::Pin<&mut C>),
     activity: &Activity,
-    idle_timeout: Option<Duration>,
+    limits: &crate::limits::Limits,
     stop: &mut tokio::sync::watch::Receiver<bool>,
     client: SocketAddr,
 ) -> Ended
@@ -888,10 +977,23 @@ where
     C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (idle, write) = (limits.idle_timeout, limits.write_timeout);
+    let (mut ended, mut shutting) = (Ended::Closed, false);
     loop {
-        let idle_check = match idle_timeout {
-            Some(idle) => activity.last() + idle,
-            None => tokio::time::Instant::now() + Duration::from_secs(86400),
+        // Each check is due when its condition could first hold, never in the past while
+        // it cannot (so the loop never spins).
+        let now = tokio::time::Instant::now();
+        let far = now + Duration::from_secs(86400);
+        let idle_check = match idle {
+            Some(i) if activity.busy.load(SeqCst) == 0 => activity.last() + i,
+            Some(i) => now + i,
+            None => far,
+        };
+        let stall_check = match write {
+            Some(w) if activity.waiting.load(SeqCst) > 0 => activity.progress() + w,
+            Some(w) => now + w,
+            None => far,
         };
         tokio::select! {
             r = conn.as_mut() => {
@@ -902,21 +1004,34 @@ where
                         None => tracing::debug!(%client, "connection error: {e}"),
                     }
                 }
-                return Ended::Closed;
+                return ended;
             }
-            _ = stop.changed() => {
-                shutdown(conn.as_mut());
-                let _ = conn.await;
-                return Ended::Stopped;
+            _ = stop.changed(), if !matches!(ended, Ended::Stopped) => {
+                if !shutting {
+                    shutdown(conn.as_mut());
+                }
+                (ended, shutting) = (Ended::Stopped, true);
             }
-            _ = tokio::time::sleep_until(idle_check), if idle_timeout.is_some() => {
-                let idle = idle_timeout.unwrap_or_default();
-                let quiet = activity.busy.load(std::sync::atomic::Ordering::SeqCst) == 0;
+            _ = tokio::time::sleep_until(idle_check), if idle.is_some() && !shutting => {
+                let idle = idle.unwrap_or_default();
+                let quiet = activity.busy.load(SeqCst) == 0;
                 if quiet && activity.last() + idle <= tokio::time::Instant::now() {
                     tracing::debug!(%client, "closing connection idle for {idle:?}");
                     shutdown(conn.as_mut());
-                    let _ = conn.await;
-                    return Ended::Closed;
+                    shutting = true;
+                }
+            }
+            _ = tokio::time::sleep_until(stall_check), if write.is_some() => {
+                let write = write.unwrap_or_default();
+                let waiting = activity.waiting.load(SeqCst) > 0;
+                if waiting && activity.progress() + write <= tokio::time::Instant::now() {
+                    tracing::info!(
+                        %client,
+                        "closing connection: the client stopped reading its response: \
+                         nothing could be sent for {write:?} (set {WRITE_TIMEOUT_ENV} to \
+                         change it)"
+                    );
+                    return ended;
                 }
             }
         }
@@ -938,10 +1053,7 @@ async fn serve_http<I>(
 {
     let limits = app.limits.clone();
     let client = peers.0;
-    let activity = Arc::new(Activity {
-        busy: Default::default(),
-        last: std::sync::Mutex::new(tokio::time::Instant::now()),
-    });
+    let activity = Arc::new(Activity::new());
     let slot = (scheme == HttpScheme::Http).then(UpgradeSlot::default);
     {
         let builder = connection_builder(&limits);
@@ -950,9 +1062,7 @@ async fn serve_http<I>(
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         let shutdown = |c: std::pin::Pin<&mut _>| auto::UpgradeableConnection::graceful_shutdown(c);
-        if let Ended::Stopped =
-            drive(conn, shutdown, &activity, limits.idle_timeout, stop, client).await
-        {
+        if let Ended::Stopped = drive(conn, shutdown, &activity, &limits, stop, client).await {
             return;
         }
     }
@@ -973,7 +1083,7 @@ async fn serve_http<I>(
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let shutdown = |c: std::pin::Pin<&mut _>| auto::Connection::graceful_shutdown(c);
-    drive(conn, shutdown, &activity, limits.idle_timeout, stop, client).await;
+    drive(conn, shutdown, &activity, &limits, stop, client).await;
 }
 
 /// Serves one accepted connection: over TLS when `tls` is given (after a handshake bounded

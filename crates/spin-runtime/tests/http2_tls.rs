@@ -389,3 +389,44 @@ async fn h2_connections_close_when_idle_and_on_sigterm() {
         .unwrap();
     assert_eq!(code, Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_client_that_keeps_its_window_closed_loses_the_connection() {
+    let app = prepare_app("spin-grpc");
+    // Idle timeout off: only the write timeout can end the connection.
+    let server = Server::start(
+        app.path(),
+        &[
+            ("SPIN_SHIM_WRITE_TIMEOUT", "1s"),
+            ("SPIN_SHIM_IDLE_TIMEOUT", "0"),
+        ],
+    );
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // The smallest windows HTTP/2 allows; the client reads the socket (hyper's connection
+    // task) but never the body, so it never opens the window again.
+    let (mut sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .adaptive_window(false)
+            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .expect("HTTP/2 handshake");
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{}/bytes/4000000", server.addr))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.expect("response head");
+    assert_eq!(resp.status(), 200);
+    let ended = tokio::time::timeout(Duration::from_secs(60), conn).await;
+    assert!(
+        ended.is_ok(),
+        "the stalled HTTP/2 connection was not closed"
+    );
+    let log = log_with(&server, "stopped reading");
+    assert!(
+        log.contains("the client stopped reading its response: nothing could be sent for 1s"),
+        "{log}"
+    );
+    drop(resp);
+}

@@ -134,6 +134,7 @@ pub mod mysql;
 pub mod outbound;
 pub mod pg;
 pub mod redis;
+pub mod secret_stores;
 pub mod sqlite;
 pub mod tls;
 pub mod variables;

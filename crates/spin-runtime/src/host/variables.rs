@@ -3,20 +3,22 @@
 //! `wasi:config/store@0.2.0-draft-2024-09-27`.
 //!
 //! Precedence: the runtime config's `[[variables_provider]]` entries in order (Spin's
-//! `static` and `env` types, see [`Provider`]), then (as SpinKube) container env `NAME`
-//! (the variable's name upper-cased) > `SPIN_VARIABLE_NAME` > the manifest default. Every
+//! `static`, `env`, `vault`, `openbao` and `azure_key_vault` types, see [`Provider`]), then
+//! (as SpinKube) container env `NAME` (the variable's name upper-cased) > `SPIN_VARIABLE_NAME` > the manifest default. Every
 //! app variable is resolved when the app starts, so a required variable without a value
 //! fails the start with its name.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 
 use super::bindings::fermyon::spin::config as spin_config;
 use super::bindings::fermyon::spin2_0_0::variables as spin_variables;
 use super::bindings::wasi::config::store as wasi_config;
+use super::secret_stores::{self, AzureCredential, Remote, Store};
 use super::HostState;
 use crate::app::Variable;
 
@@ -50,6 +52,9 @@ pub enum Provider {
         /// The dotenv file's entries.
         dotenv: BTreeMap<String, String>,
     },
+    /// `type = "vault"`, `"openbao"` or `"azure_key_vault"`: a secret store asked over
+    /// HTTPS ([`secret_stores`]).
+    Remote(Arc<Remote>),
 }
 
 impl fmt::Debug for Provider {
@@ -64,14 +69,16 @@ impl fmt::Debug for Provider {
                 .field("prefix", prefix)
                 .field("dotenv_names", &dotenv.keys().collect::<Vec<_>>())
                 .finish(),
+            Provider::Remote(r) => r.fmt(f),
         }
     }
 }
 
 impl Provider {
-    fn get(&self, name: &str, env: &HashMap<String, String>) -> Option<String> {
-        match self {
+    fn get(&self, name: &str, env: &HashMap<String, String>) -> anyhow::Result<Option<String>> {
+        Ok(match self {
             Provider::Static(values) => values.get(name).cloned(),
+            Provider::Remote(store) => store.get(name, env)?,
             Provider::Env { prefix, dotenv } => {
                 let key = if prefix.is_empty() {
                     name.to_ascii_uppercase()
@@ -80,13 +87,14 @@ impl Provider {
                 };
                 env.get(&key).or_else(|| dotenv.get(&key)).cloned()
             }
-        }
+        })
     }
 }
 
 /// Parses the `variables_provider` (or `config_provider`) array of a runtime config;
-/// relative `dotenv_path`s resolve against `base`. Vault and Azure Key Vault providers are
-/// refused naming the section: this runtime has no client for them.
+/// relative `dotenv_path`s resolve against `base`; Azure credentials missing from an
+/// `azure_key_vault` entry come from the container's `AZURE_*` environment when the
+/// provider is first asked.
 pub fn parse_providers(
     value: &toml::Value,
     section: &str,
@@ -105,25 +113,88 @@ pub fn parse_providers(
         let kind = t.get("type").and_then(|v| v.as_str()).with_context(|| {
             format!("{origin}: `{key}.type` is missing (\"static\" or \"env\")")
         })?;
-        let allowed: &[&str] =
-            match kind {
-                "static" => &["type", "values"],
-                "env" => &["type", "prefix", "dotenv_path"],
-                "vault" | "azure_key_vault" => anyhow::bail!(
-                "{origin}: [[{section}]] type = \"{kind}\" ({}) is not supported by this runtime; \
-                 give the values through the container's environment (SpinApp `variables`, \
-                 as `NAME` or `SPIN_VARIABLE_NAME`) or a `static` provider",
-                if kind == "vault" { "HashiCorp Vault" } else { "Azure Key Vault" }
-            ),
-                other => anyhow::bail!(
+        let allowed: &[&str] = match kind {
+            "static" => &["type", "values"],
+            "env" => &["type", "prefix", "dotenv_path"],
+            "vault" | "openbao" => &["type", "url", "token", "mount", "prefix"],
+            "azure_key_vault" => &[
+                "type",
+                "vault_url",
+                "client_id",
+                "client_secret",
+                "tenant_id",
+                "authority_host",
+            ],
+            other => anyhow::bail!(
                 "{origin}: `{key}.type` = \"{other}\" is not a variables provider type (Spin's are \
-                 static, env, vault, azure_key_vault)"
+                 static, env, vault, openbao, azure_key_vault)"
             ),
-            };
+        };
         if let Some(unknown) = t.keys().find(|k| !allowed.contains(&k.as_str())) {
             anyhow::bail!("{origin}: `{key}.{unknown}` is not a field of a `{kind}` provider");
         }
+        let text = |field: &str| -> anyhow::Result<Option<String>> {
+            t.get(field)
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .with_context(|| format!("{origin}: `{key}.{field}` must be a string"))
+                })
+                .transpose()
+        };
+        let required = |field: &str| -> anyhow::Result<String> {
+            text(field)?
+                .with_context(|| format!("{origin}: `{key}.{field}` is missing ({kind} provider)"))
+        };
         out.push(match kind {
+            "vault" | "openbao" => Provider::Remote(Remote::new(Store::Vault {
+                kind: if kind == "vault" { "vault" } else { "openbao" },
+                url: required("url")?,
+                token: required("token")?,
+                mount: required("mount")?,
+                prefix: text("prefix")?,
+            })),
+            "azure_key_vault" => {
+                let authority = match text("authority_host")? {
+                    Some(name) => Some(
+                        secret_stores::azure_authority(&name)
+                            .with_context(|| {
+                                format!(
+                                    "{origin}: `{key}.authority_host` = \"{name}\" is not an \
+                                     Azure cloud (AzurePublicCloud, AzureChina, \
+                                     AzureGovernment, AzureGermany)"
+                                )
+                            })?
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let given = (
+                    text("client_id")?,
+                    text("client_secret")?,
+                    text("tenant_id")?,
+                );
+                let credential = match given {
+                    (Some(client_id), Some(secret), Some(tenant)) => {
+                        Some(AzureCredential::ClientSecret {
+                            tenant,
+                            client_id,
+                            secret,
+                        })
+                    }
+                    (None, None, None) => None,
+                    _ => anyhow::bail!(
+                        "{origin}: `{key}` gives some but not all of `client_id`, \
+                         `client_secret` and `tenant_id`: give all three, or none to use the \
+                         AZURE_* environment (client secret or workload identity)"
+                    ),
+                };
+                Provider::Remote(Remote::new(Store::AzureKeyVault {
+                    vault_url: required("vault_url")?,
+                    authority,
+                    credential,
+                }))
+            }
             "static" => {
                 let mut values = BTreeMap::new();
                 if let Some(v) = t.get("values") {
@@ -240,10 +311,16 @@ pub fn resolve_with(
     for (name, decl) in variables {
         let upper = name.to_ascii_uppercase();
         let spin_name = format!("{SPIN_VARIABLE_PREFIX}{upper}");
-        let provided = providers
-            .iter()
-            .enumerate()
-            .find_map(|(i, p)| p.get(name, env).map(|v| (v, ValueSource::Provider(i))));
+        let mut provided = None;
+        for (i, p) in providers.iter().enumerate() {
+            if let Some(v) = p
+                .get(name, env)
+                .with_context(|| format!("application variable `{name}`"))?
+            {
+                provided = Some((v, ValueSource::Provider(i)));
+                break;
+            }
+        }
         let (value, source) = if let Some(found) = provided {
             found
         } else if let Some(v) = env.get(&upper) {

@@ -4,7 +4,7 @@
 //! ("Hello <name>") and trailers `grpc-status: 0`; the name `fail` gets no message and
 //! `grpc-status: 3` (INVALID_ARGUMENT) with a `grpc-message`. Any other path answers
 //! `200 text/plain` naming the method, path, `content-type`, `spin-full-url` and the request
-//! body's length, with a trailer `x-trailer: done`.
+//! body's length, with a trailer `x-trailer: done`; `/bytes/<n>` answers `n` bytes.
 use spin_sdk::http::{Fields, IncomingRequest, OutgoingBody, OutgoingResponse, ResponseOutparam};
 use spin_sdk::http_component;
 
@@ -105,6 +105,10 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     };
     let (content_type, full_url) = (header("content-type"), header("spin-full-url"));
     let body = req.into_body().await.unwrap_or_default();
+    if let Some(n) = path.strip_prefix("/bytes/") {
+        let body = vec![b'x'; n.parse().unwrap_or(0)];
+        return respond(out, 200, &[("content-type", "text/plain")], &body, &[]);
+    }
     if path != "/helloworld.Greeter/SayHello" {
         let text = format!(
             "method={method}\npath={path}\ncontent-type={content_type}\nfull-url={full_url}\n\
