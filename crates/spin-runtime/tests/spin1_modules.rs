@@ -10,9 +10,12 @@
 //! command (`_start`, as TinyGo `-target=wasi` built Spin 1.x-era apps). Rust's spin-sdk
 //! 1.x was never published to crates.io (its first release there is 2.1.0), so no app is
 //! built with it. A 1.x module that cannot be adapted fails naming itself and the reason,
-//! and the app's other components are served.
+//! and the app's other components are served. The command-shaped module also exports
+//! `handle-redis-message`, run by the Redis trigger against a real redis-server, and both
+//! call Spin 1.x's `outbound-redis` there.
 
 mod common;
+mod servers;
 
 use common::*;
 
@@ -156,4 +159,94 @@ source = "bad.wasm"
         ),
         "{log}"
     );
+}
+
+/// Waits (bounded, 30 s) until `f` gives a value.
+fn poll<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A Spin 1.x module's `handle-redis-message` under the Redis trigger: each message
+/// published reaches it (it keeps the last one in key-value, read back over HTTP), a
+/// message it answers `error` for is logged and the next one is handled.
+#[test]
+fn spin1_redis_trigger_handles_messages() {
+    let redis = servers::redis();
+    let dir = app_from_manifest(&format!(
+        r#"spin_manifest_version = 2
+[application]
+name = "spin1-redis"
+[variables]
+redis_address = {{ default = "redis://{0}" }}
+[application.trigger.redis]
+address = "redis://{0}"
+[[trigger.redis]]
+channel = "spin1-messages"
+component = "cmd"
+[[trigger.http]]
+route = "/..."
+component = "cmd"
+[component.cmd]
+source = "{1}"
+key_value_stores = ["default"]
+allowed_outbound_hosts = ["redis://{0}"]
+[component.cmd.variables]
+redis_address = "{{{{ redis_address }}}}"
+"#,
+        redis.addr(),
+        guest_apps_dir_p1().join("spin1-http.wasm").display()
+    ));
+    let server = Server::start(dir.path(), &[]);
+    poll(|| {
+        let n = redis
+            .redis_cli(&["PUBSUB", "NUMSUB", "spin1-messages"])
+            .ok()?;
+        (n.lines().nth(1) == Some("1")).then_some(())
+    })
+    .expect("the trigger subscribed to spin1-messages within 30 s");
+    let last = |want: &str| {
+        poll(|| {
+            let r = server.get("/last-redis-message");
+            (r.text() == format!("abi=command last={want}\n")).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "last message {want:?} not seen within 30 s: {}",
+                server.get("/last-redis-message").text()
+            )
+        })
+    };
+    redis
+        .redis_cli(&["PUBLISH", "spin1-messages", "first message"])
+        .unwrap();
+    last("first message");
+    redis
+        .redis_cli(&["PUBLISH", "spin1-messages", "fail"])
+        .unwrap();
+    let log = log_with(&server, "redis handler returned an error");
+    assert!(log.contains("redis handler returned an error"), "{log}");
+    redis
+        .redis_cli(&["PUBLISH", "spin1-messages", "after the failure"])
+        .unwrap();
+    last("after the failure");
+
+    // Outbound Redis (`outbound-redis`): set, get, incr, del and publish on the server,
+    // and a server the manifest does not allow.
+    let r = server.get("/redis");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "abi=command route=/redis get=spin1-value incr=1 del=1 denied=error\n"
+    );
+    assert_eq!(redis.redis_cli(&["GET", "spin1-counter"]).unwrap(), "1");
+    assert_eq!(redis.redis_cli(&["EXISTS", "spin1-key"]).unwrap(), "0");
 }

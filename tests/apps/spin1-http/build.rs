@@ -3,6 +3,7 @@
 fn main() {
     for name in [
         "handle-http-request",
+        "handle-redis-message",
         "canonical_abi_realloc",
         "canonical_abi_free",
     ] {

@@ -17,6 +17,7 @@
 
 pub(crate) mod http;
 mod kv;
+mod redis;
 
 use std::borrow::Cow;
 
@@ -276,12 +277,13 @@ fn import_name<'a>(module: &'a str, name: &'a str) -> anyhow::Result<(Cow<'a, st
     Ok((format!("fermyon:spin/{interface}").into(), name.into()))
 }
 
-/// Adds the Spin 1.x interfaces the platform world lacks elsewhere (`fermyon:spin/http`,
-/// `fermyon:spin/key-value`, unversioned) to `linker`.
+/// Adds the Spin 1.x interfaces the host does not link elsewhere (`fermyon:spin/http`,
+/// `fermyon:spin/key-value`, `fermyon:spin/redis`, unversioned) to `linker`.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<crate::InstanceState>,
 ) -> anyhow::Result<()> {
     http::add_to_linker(linker)?;
     kv::add_to_linker(linker)?;
+    redis::add_to_linker(linker)?;
     Ok(())
 }

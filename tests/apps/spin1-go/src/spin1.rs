@@ -44,6 +44,20 @@ extern "C" {
     fn key_value_close(store: i32);
 }
 
+#[link(wasm_import_module = "outbound-redis")]
+extern "C" {
+    #[link_name = "publish"]
+    fn outbound_redis_publish(a: i32, al: i32, c: i32, cl: i32, p: i32, pl: i32, ret: i32);
+    #[link_name = "get"]
+    fn outbound_redis_get(a: i32, al: i32, k: i32, kl: i32, ret: i32);
+    #[link_name = "set"]
+    fn outbound_redis_set(a: i32, al: i32, k: i32, kl: i32, v: i32, vl: i32, ret: i32);
+    #[link_name = "incr"]
+    fn outbound_redis_incr(a: i32, al: i32, k: i32, kl: i32, ret: i32);
+    #[link_name = "del"]
+    fn outbound_redis_del(a: i32, al: i32, keys: i32, keys_len: i32, ret: i32);
+}
+
 /// `canonical_abi_realloc(ptr, orig_size, align, new_size)`, as wit-bindgen 0.2 exports it.
 #[export_name = "canonical_abi_realloc"]
 pub unsafe extern "C" fn canonical_abi_realloc(
@@ -273,6 +287,91 @@ pub fn kv_close(store: i32) {
     unsafe { key_value_close(store) }
 }
 
+/// `outbound-redis` calls on server `address` (`expected<_, error>` results: a tag at 0,
+/// the payload at 4, or at 8 for `s64`).
+pub mod redis {
+    use super::*;
+
+    fn s(v: &str) -> (i32, i32) {
+        (v.as_ptr() as i32, v.len() as i32)
+    }
+
+    unsafe fn check(r: i32) -> Result<(), String> {
+        if read_u8(r) == 0 {
+            Ok(())
+        } else {
+            Err("error".into())
+        }
+    }
+
+    /// `publish`.
+    pub fn publish(address: &str, channel: &str, payload: &[u8]) -> Result<(), String> {
+        let mut ret = RetArea([0; 64]);
+        let r = ret.0.as_mut_ptr() as i32;
+        let ((a, al), (c, cl)) = (s(address), s(channel));
+        unsafe {
+            outbound_redis_publish(
+                a,
+                al,
+                c,
+                cl,
+                payload.as_ptr() as i32,
+                payload.len() as i32,
+                r,
+            );
+            check(r)
+        }
+    }
+
+    /// `get`.
+    pub fn get(address: &str, key: &str) -> Result<Vec<u8>, String> {
+        let mut ret = RetArea([0; 64]);
+        let r = ret.0.as_mut_ptr() as i32;
+        let ((a, al), (k, kl)) = (s(address), s(key));
+        unsafe {
+            outbound_redis_get(a, al, k, kl, r);
+            check(r)?;
+            Ok(read_bytes(read_i32(r + 4), read_i32(r + 8)))
+        }
+    }
+
+    /// `set`.
+    pub fn set(address: &str, key: &str, value: &[u8]) -> Result<(), String> {
+        let mut ret = RetArea([0; 64]);
+        let r = ret.0.as_mut_ptr() as i32;
+        let ((a, al), (k, kl)) = (s(address), s(key));
+        unsafe {
+            outbound_redis_set(a, al, k, kl, value.as_ptr() as i32, value.len() as i32, r);
+            check(r)
+        }
+    }
+
+    /// `incr`.
+    pub fn incr(address: &str, key: &str) -> Result<i64, String> {
+        let mut ret = RetArea([0; 64]);
+        let r = ret.0.as_mut_ptr() as i32;
+        let ((a, al), (k, kl)) = (s(address), s(key));
+        unsafe {
+            outbound_redis_incr(a, al, k, kl, r);
+            check(r)?;
+            Ok(*((r + 8) as *const i64))
+        }
+    }
+
+    /// `del`.
+    pub fn del(address: &str, keys: &[&str]) -> Result<i64, String> {
+        let mut ret = RetArea([0; 64]);
+        let r = ret.0.as_mut_ptr() as i32;
+        let (a, al) = s(address);
+        let flat: Vec<i32> = keys.iter().flat_map(|k| [s(k).0, s(k).1]).collect();
+        unsafe {
+            outbound_redis_del(a, al, flat.as_ptr() as i32, keys.len() as i32, r);
+            check(r)?;
+            Ok(*((r + 8) as *const i64))
+        }
+    }
+}
+
 /// An inbound request of Spin 1.x's `http-types`.
 pub struct Request {
     pub method: &'static str,
@@ -351,6 +450,45 @@ macro_rules! export_handle_http_request {
 }
 pub(crate) use export_handle_http_request;
 
+/// The key-value key where `handle-redis-message` keeps the last message.
+pub const LAST_MESSAGE_KEY: &str = "last-redis-message";
+
+/// Defines the `handle-redis-message` export (`payload` as a pointer and length, the
+/// address of `expected<unit, error>` back): keeps the message in the `default` store under
+/// [`LAST_MESSAGE_KEY`], or answers `error` when the message is `fail`.
+#[allow(unused_macros)]
+macro_rules! export_handle_redis_message {
+    () => {
+        /// Spin 1.x's Redis entry point.
+        ///
+        /// # Safety
+        /// Called by the host with the canonical lowering of `payload`.
+        #[export_name = "handle-redis-message"]
+        pub unsafe extern "C" fn handle_redis_message(ptr: i32, len: i32) -> i32 {
+            spin1::handle_redis_message(ptr, len)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use export_handle_redis_message;
+
+/// The body of `handle-redis-message`.
+///
+/// # Safety
+/// `ptr`, `len` is a list the host wrote.
+#[allow(dead_code)]
+pub unsafe fn handle_redis_message(ptr: i32, len: i32) -> i32 {
+    let message = read_bytes(ptr, len);
+    let r = std::ptr::addr_of_mut!(RESPONSE_AREA) as i32;
+    let ok = message != b"fail"
+        && kv_open("default")
+            .and_then(|s| kv_set(s, LAST_MESSAGE_KEY, &message))
+            .is_ok();
+    *(r as *mut u8) = u8::from(!ok);
+    *(r as *mut u8).add(1) = 1;
+    r
+}
+
 /// The routes both spin1-* apps serve; `flavour` names the module shape.
 pub fn serve(flavour: &str, req: &Request) -> Response {
     let path = req.uri.split('?').next().unwrap_or("");
@@ -399,6 +537,35 @@ pub fn serve(flavour: &str, req: &Request) -> Response {
             ),
             Err(e) => text(502, format!("abi={flavour} route=/deny error={e}\n")),
         },
+        "/last-redis-message" => match kv_open("default").and_then(|s| kv_get(s, LAST_MESSAGE_KEY))
+        {
+            Ok(v) => text(
+                200,
+                format!("abi={flavour} last={}\n", String::from_utf8_lossy(&v)),
+            ),
+            Err(e) => text(404, format!("abi={flavour} last-error={e}\n")),
+        },
+        "/redis" => {
+            let result = (|| {
+                let address = get_config("redis_address")?;
+                redis::set(&address, "spin1-key", b"spin1-value")?;
+                let got = redis::get(&address, "spin1-key")?;
+                let n = redis::incr(&address, "spin1-counter")?;
+                let deleted = redis::del(&address, &["spin1-key", "spin1-absent"])?;
+                redis::publish(&address, "spin1-out", b"published by a Spin 1.x module")?;
+                let denied = redis::get("redis://denied.example.com:6379", "k")
+                    .err()
+                    .unwrap_or_default();
+                Ok::<_, String>(format!(
+                    "abi={flavour} route=/redis get={} incr={n} del={deleted} denied={denied}\n",
+                    String::from_utf8_lossy(&got)
+                ))
+            })();
+            match result {
+                Ok(body) => text(200, body),
+                Err(e) => text(500, format!("abi={flavour} route=/redis error={e}\n")),
+            }
+        }
         "/kv" => {
             let result = (|| {
                 let store = kv_open("default")?;
