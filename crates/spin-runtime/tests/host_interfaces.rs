@@ -369,7 +369,8 @@ fn mqtt_against_mosquitto() {
     rt.shutdown_timeout(Duration::from_secs(1));
 }
 
-/// A loopback HTTP server answering as a Spin remote_http LLM service; records requests.
+/// A loopback HTTP server answering as a Spin remote_http LLM service (Spin's API and
+/// OpenAI's; model `refused` gets OpenAI's error answer); records requests.
 fn llm_service() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -411,8 +412,14 @@ fn llm_service() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
                 body.extend_from_slice(&buf[..n]);
             }
             let body = String::from_utf8_lossy(&body).into_owned();
-            let answer = if head.starts_with("POST /infer ") {
+            let answer = if body.contains("\"refused\"") {
+                r#"{"error":{"message":"The model `refused` does not exist","type":"invalid_request_error"}}"#
+            } else if head.starts_with("POST /infer ") {
                 r#"{"text":"hi there","usage":{"promptTokenCount":2,"generatedTokenCount":3}}"#
+            } else if head.starts_with("POST /v1/chat/completions ") {
+                r#"{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello from openai"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":4,"total_tokens":13}}"#
+            } else if head.starts_with("POST /v1/embeddings ") {
+                r#"{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.25]},{"object":"embedding","index":1,"embedding":[0.75]}],"model":"m","usage":{"prompt_tokens":4,"total_tokens":4}}"#
             } else {
                 r#"{"embeddings":[[0.5,1.0],[2.0,4.0]],"usage":{"promptTokenCount":2}}"#
             };
@@ -494,6 +501,62 @@ fn llm_answers_as_spin_without_a_model_and_through_remote_http() {
     let body: serde_json::Value =
         serde_json::from_str(embed.split("\n\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["input"], serde_json::json!(["one", "two"]));
+    drop(server);
+
+    // api_type = "open_ai": the same calls in OpenAI's API, as Spin sends them.
+    let (service, seen) = llm_service();
+    let dir = app("ai_models = [\"gpt-4o-mini\", \"text-embedding-3-small\", \"refused\"]");
+    std::fs::write(
+        dir.path().join("runtime-config.toml"),
+        format!(
+            "[llm_compute]\ntype = \"remote_http\"\nurl = \"http://{service}\"\n\
+             auth_token = \"sk-test\"\napi_type = \"open_ai\"\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let lines = ok_lines(&server.get("/?op=llm&model=gpt-4o-mini"));
+    assert_eq!(line(&lines, "text"), "hello from openai");
+    assert!(
+        line(&lines, "infer").contains("prompt-token-count: 9, generated-token-count: 4"),
+        "{lines:?}"
+    );
+    let lines = ok_lines(&server.get("/?op=embed&model=text-embedding-3-small"));
+    assert!(
+        line(&lines, "embed").contains("embeddings: [[0.25], [0.75]]")
+            && line(&lines, "embed").contains("prompt-token-count: 4"),
+        "{lines:?}"
+    );
+    let r = server.get("/?op=llm&model=refused");
+    assert_eq!(
+        text_of(&r),
+        "error: infer: RuntimeError(\"The model `refused` does not exist\")"
+    );
+    let seen = seen.lock().unwrap().clone();
+    let chat = &seen[0];
+    assert!(
+        chat.starts_with("POST /v1/chat/completions HTTP/1.1"),
+        "{chat}"
+    );
+    assert!(
+        chat.to_ascii_lowercase()
+            .contains("authorization: bearer sk-test"),
+        "{chat}"
+    );
+    let body: serde_json::Value = serde_json::from_str(chat.split("\n\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(
+        body["messages"],
+        serde_json::json!([{ "role": "user", "content": "Say hi" }])
+    );
+    assert_eq!(body["max_completion_tokens"], 5);
+    assert_eq!(body["frequency_penalty"], 1.0);
+    let embed = &seen[1];
+    assert!(embed.starts_with("POST /v1/embeddings HTTP/1.1"), "{embed}");
+    let body: serde_json::Value =
+        serde_json::from_str(embed.split("\n\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["input"], serde_json::json!(["one", "two"]));
+    assert_eq!(body["model"], "text-embedding-3-small");
 }
 
 /// The import names of a component.

@@ -10,17 +10,28 @@
 //!   service, as Spin's `spin-llm-remote-http` (default API) does: `POST <url>/infer`
 //!   `{model, prompt, options}` and `POST <url>/embed` `{model, input}`, with
 //!   `authorization: bearer <auth_token>`.
+//! - With `api_type = "open_ai"` the same calls use OpenAI's API, as Spin's does:
+//!   `POST <url>/v1/chat/completions` (the prompt as one user message, `max_completion_tokens`
+//!   from `max-tokens`, `frequency_penalty` from `repeat-penalty`; the first choice's
+//!   message is the text) and `POST <url>/v1/embeddings` `{model, input}`; an `error` answer
+//!   becomes `runtime-error` with its message.
+//!
+//! HTTPS is verified against the runtime's trust store ([`super::tls::trust_store`]).
 //!
 //! ```toml
 //! [llm_compute]
 //! type = "remote_http"
 //! url = "https://llm.example.com"
 //! auth_token = "..."
+//! # api_type = "open_ai"
 //! ```
+
+use std::future::Future;
+use std::pin::Pin;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::{BodyExt, Full};
 
 use super::bindings::fermyon::spin2_0_0::llm as v2;
 use super::sqlite::MAX_RESULT_BYTES;
@@ -41,7 +52,19 @@ pub enum LlmCompute {
         url: http::Uri,
         /// Bearer token sent with every call.
         auth_token: String,
+        /// The service's API (`api_type`).
+        api: LlmApi,
     },
+}
+
+/// The API a `remote_http` service speaks (`api_type`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LlmApi {
+    /// Spin's own (`/infer`, `/embed`), the default.
+    #[default]
+    Spin,
+    /// OpenAI's (`/v1/chat/completions`, `/v1/embeddings`).
+    OpenAi,
 }
 
 /// Parses the `[llm_compute]` section of a runtime config.
@@ -69,17 +92,14 @@ pub fn parse_runtime_config(section: &toml::Value, origin: &str) -> anyhow::Resu
                 .with_context(|| format!("{origin}: `llm_compute.url` is missing"))?;
             let auth_token = str_field("auth_token")?
                 .with_context(|| format!("{origin}: `llm_compute.auth_token` is missing"))?;
-            match str_field("api_type")? {
-                None | Some("default") => {}
-                Some("open_ai") => anyhow::bail!(
-                    "{origin}: `llm_compute.api_type` = \"open_ai\" is not supported by this \
-                     runtime; use the default API"
-                ),
+            let api = match str_field("api_type")? {
+                None | Some("default") => LlmApi::Spin,
+                Some("open_ai") => LlmApi::OpenAi,
                 Some(other) => anyhow::bail!(
                     "{origin}: `llm_compute.api_type` = \"{other}\" is not an API type; use \
-                     \"default\""
+                     \"default\" or \"open_ai\""
                 ),
-            }
+            };
             let url: http::Uri = url
                 .parse()
                 .with_context(|| format!("{origin}: `llm_compute.url` = `{url}` is not a URL"))?;
@@ -91,6 +111,7 @@ pub fn parse_runtime_config(section: &toml::Value, origin: &str) -> anyhow::Resu
             Ok(LlmCompute::RemoteHttp {
                 url,
                 auth_token: auth_token.to_string(),
+                api,
             })
         }
         Some(other) => anyhow::bail!(
@@ -121,17 +142,29 @@ async fn post(
     )
     .parse()
     .map_err(|_| runtime("Failed to create URL".into()))?;
+    let https = uri.scheme_str() == Some("https");
     let request = http::Request::post(uri)
         .header("authorization", format!("bearer {auth_token}"))
         .header("content-type", "application/json")
         .body(
             Full::new(Bytes::from(body.to_string()))
-                .map_err(|never: std::convert::Infallible| match never {}),
+                .map_err(|never: std::convert::Infallible| match never {})
+                .boxed_unsync(),
         )
         .map_err(|_| runtime("Failed to create authorization header".into()))?;
-    let (response, io) = wasmtime_wasi_http::default_send_request(request, None)
-        .await
-        .map_err(|e| runtime(format!("POST {path} request error: {e:?}")))?;
+    let failed = |e| runtime(format!("POST {path} request error: {e:?}"));
+    let (response, io): (_, Pin<Box<dyn Future<Output = _> + Send>>) = if https {
+        let config = super::tls::trust_store().http.clone();
+        let (response, io) = super::tls::send(request, None, config)
+            .await
+            .map_err(failed)?;
+        (response, Box::into_pin(io))
+    } else {
+        let (response, io) = wasmtime_wasi_http::default_send_request(request, None)
+            .await
+            .map_err(failed)?;
+        (response.map(BodyExt::boxed_unsync), Box::pin(io))
+    };
     let io = tokio::spawn(io);
     let mut body = response.into_body();
     let mut out = Vec::new();
@@ -175,6 +208,72 @@ struct EmbedResponse {
     usage: EmbedUsage,
 }
 
+#[derive(serde::Deserialize)]
+struct OpenAiError {
+    message: String,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiMessage {
+    content: String,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiChoice {
+    message: OpenAiMessage,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiChatUsage {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+}
+
+/// An OpenAI answer: the result or `{"error": {"message": ..}}`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum OpenAiAnswer<T> {
+    Ok(T),
+    Err { error: OpenAiError },
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiChat {
+    choices: Vec<OpenAiChoice>,
+    usage: OpenAiChatUsage,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiEmbedding {
+    embedding: Vec<f32>,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiEmbedUsage {
+    prompt_tokens: u32,
+}
+
+#[derive(serde::Deserialize)]
+struct OpenAiEmbeddings {
+    data: Vec<OpenAiEmbedding>,
+    usage: OpenAiEmbedUsage,
+}
+
+/// `bytes` as an OpenAI answer of `path`: the result, the service's error message, or the
+/// deserialisation failure (as Spin words it).
+fn open_ai_answer<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    path: &str,
+) -> Result<T, v2::Error> {
+    match serde_json::from_slice::<OpenAiAnswer<T>>(bytes) {
+        Ok(OpenAiAnswer::Ok(v)) => Ok(v),
+        Ok(OpenAiAnswer::Err { error }) => Err(v2::Error::RuntimeError(error.message)),
+        Err(e) => Err(v2::Error::RuntimeError(format!(
+            "Failed to deserialize response for \"POST  {path}\": {e}"
+        ))),
+    }
+}
+
 impl v2::Host for HostState {
     async fn infer(
         &mut self,
@@ -186,7 +285,12 @@ impl v2::Host for HostState {
             return Ok(Err(access_denied(&model)));
         }
         otel_export::count_llm_infer(&model);
-        let LlmCompute::RemoteHttp { url, auth_token } = &self.component.llm else {
+        let LlmCompute::RemoteHttp {
+            url,
+            auth_token,
+            api,
+        } = &self.component.llm
+        else {
             return Ok(Err(v2::Error::RuntimeError(NO_LOCAL_ENGINE.into())));
         };
         // Spin's defaults when the guest gives no parameters.
@@ -198,6 +302,33 @@ impl v2::Host for HostState {
             top_k: 40,
             top_p: 0.9,
         });
+        if *api == LlmApi::OpenAi {
+            const PATH: &str = "/v1/chat/completions";
+            let body = serde_json::json!({
+                "messages": [{ "role": "user", "content": prompt }],
+                "model": model,
+                "max_completion_tokens": p.max_tokens,
+                "frequency_penalty": p.repeat_penalty,
+            });
+            let bytes = match post(url, auth_token, PATH, body).await {
+                Ok(b) => b,
+                Err(e) => return Ok(Err(e)),
+            };
+            return Ok(
+                open_ai_answer::<OpenAiChat>(&bytes, PATH).map(|r| v2::InferencingResult {
+                    text: r
+                        .choices
+                        .into_iter()
+                        .next()
+                        .map(|c| c.message.content)
+                        .unwrap_or_default(),
+                    usage: v2::InferencingUsage {
+                        prompt_token_count: r.usage.prompt_tokens,
+                        generated_token_count: r.usage.completion_tokens,
+                    },
+                }),
+            );
+        }
         let body = serde_json::json!({
             "model": model,
             "prompt": prompt,
@@ -236,10 +367,30 @@ impl v2::Host for HostState {
         if !self.component.ai_models.contains(&model) {
             return Ok(Err(access_denied(&model)));
         }
-        let LlmCompute::RemoteHttp { url, auth_token } = &self.component.llm else {
+        let LlmCompute::RemoteHttp {
+            url,
+            auth_token,
+            api,
+        } = &self.component.llm
+        else {
             return Ok(Err(v2::Error::RuntimeError(NO_LOCAL_ENGINE.into())));
         };
         let body = serde_json::json!({ "model": model, "input": text });
+        if *api == LlmApi::OpenAi {
+            const PATH: &str = "/v1/embeddings";
+            let bytes = match post(url, auth_token, PATH, body).await {
+                Ok(b) => b,
+                Err(e) => return Ok(Err(e)),
+            };
+            return Ok(open_ai_answer::<OpenAiEmbeddings>(&bytes, PATH).map(|r| {
+                v2::EmbeddingsResult {
+                    embeddings: r.data.into_iter().map(|d| d.embedding).collect(),
+                    usage: v2::EmbeddingsUsage {
+                        prompt_token_count: r.usage.prompt_tokens,
+                    },
+                }
+            }));
+        }
         let bytes = match post(url, auth_token, "/embed", body).await {
             Ok(b) => b,
             Err(e) => return Ok(Err(e)),
