@@ -237,6 +237,9 @@ impl<'de> Deserialize<'de> for HttpRoute {
     }
 }
 
+/// Spin's default WAGI entry point (a WASI command's `_start`).
+pub const WAGI_DEFAULT_ENTRYPOINT: &str = "_start";
+
 /// `executor = { type = ".." }`. `http` (alias `spin`, the default) and `wagi` are Spin's;
 /// any other type is kept with its settings so a runtime can name it in its refusal.
 #[derive(Debug, Clone, PartialEq)]
@@ -247,6 +250,9 @@ pub enum HttpExecutor {
     Wagi {
         /// `argv` template (Spin's default `${SCRIPT_NAME} ${ARGS}`).
         argv: String,
+        /// The module's entry point ([`WAGI_DEFAULT_ENTRYPOINT`] unless the manifest says
+        /// otherwise; deprecated in Spin, which always runs the command's `run`).
+        entrypoint: String,
     },
     /// Another executor type (e.g. a newer Spin's).
     Other {
@@ -273,8 +279,11 @@ impl Serialize for HttpExecutor {
         let mut m = serde_json::Map::new();
         match self {
             HttpExecutor::Http => {}
-            HttpExecutor::Wagi { argv } => {
+            HttpExecutor::Wagi { argv, entrypoint } => {
                 m.insert("argv".into(), argv.clone().into());
+                if entrypoint != WAGI_DEFAULT_ENTRYPOINT {
+                    m.insert("entrypoint".into(), entrypoint.clone().into());
+                }
             }
             HttpExecutor::Other { config, .. } => m.extend(config.clone()),
         }
@@ -307,14 +316,23 @@ impl<'de> Deserialize<'de> for HttpExecutor {
                         )))
                     }
                 };
-                m.remove("entrypoint");
+                let entrypoint = match m.remove("entrypoint") {
+                    None => WAGI_DEFAULT_ENTRYPOINT.to_string(),
+                    Some(Value::String(e)) => e,
+                    Some(other) => {
+                        return Err(D::Error::custom(format!(
+                            "wagi `entrypoint` must be a string, found {}",
+                            shown(&other.to_string())
+                        )))
+                    }
+                };
                 if let Some(k) = m.keys().next() {
                     return Err(D::Error::custom(format!(
                         "unknown wagi executor key `{}`",
                         shown(k)
                     )));
                 }
-                Ok(HttpExecutor::Wagi { argv })
+                Ok(HttpExecutor::Wagi { argv, entrypoint })
             }
             _ => Ok(HttpExecutor::Other {
                 executor_type: t,
@@ -368,6 +386,33 @@ mod tests {
             trigger_config: config,
             trigger_dependencies: Default::default(),
         })
+    }
+
+    #[test]
+    fn wagi_executor_as_spin_reads_and_locks_it() {
+        let exec = |e: Value| -> Result<HttpExecutor, String> {
+            serde_json::from_value(e).map_err(|e| e.to_string())
+        };
+        let default = exec(json!({"type": "wagi"})).unwrap();
+        assert_eq!(
+            default,
+            HttpExecutor::Wagi {
+                argv: "${SCRIPT_NAME} ${ARGS}".into(),
+                entrypoint: "_start".into()
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&default).unwrap(),
+            json!({"type": "wagi", "argv": "${SCRIPT_NAME} ${ARGS}"})
+        );
+        // Spin's loader test `wagi-custom-entrypoint`: the entry point stays in the lock.
+        let custom =
+            json!({"type": "wagi", "entrypoint": "custom-entrypoint", "argv": "x ${ARGS}"});
+        let e = exec(custom.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&e).unwrap(), custom);
+        assert!(exec(json!({"type": "wagi", "entrypoint": 1}))
+            .unwrap_err()
+            .contains("`entrypoint` must be a string"));
     }
 
     #[test]
