@@ -329,10 +329,14 @@ impl Sandbox {
             Some(_) => Some(0),
             None => self.oom_kills(),
         };
+        // A helper in a cgroup of its own does not die with the container: after Create it
+        // is ended once the container's cgroup is gone (the container was removed).
+        let watch = own.is_some() && self.background;
+        let gone = || watch && !self.placement.cgroup_dirs().iter().all(|d| d.is_dir());
         let started = self.spawn(&procs, inputs);
         let run = started.map(|mut helper| {
             let t0 = Instant::now();
-            let run = helper.exchange(&request, out, max_output, t0 + self.timeout);
+            let run = helper.exchange(&request, out, max_output, t0 + self.timeout, &gone);
             helper.end();
             (run, t0)
         });
@@ -361,7 +365,8 @@ impl Sandbox {
         let oom = oom_after.unwrap_or(0) > oom_before.unwrap_or(u64::MAX);
         let verdict = run.verdict(oom);
         if let Err((kind, _)) = &verdict {
-            if *kind == FailureKind::Failed && self.cgroup_procs().is_err() {
+            if run.container_gone || (*kind == FailureKind::Failed && self.cgroup_procs().is_err())
+            {
                 return Err(failed(
                     FailureKind::Gone,
                     format!("{label}: the container was removed while it was compiled"),
@@ -638,19 +643,23 @@ struct Run {
     output_eof: bool,
     too_large: bool,
     timed_out: bool,
+    /// Ended because the container's cgroup disappeared.
+    container_gone: bool,
     replies: Vec<u8>,
     stderr: Vec<u8>,
 }
 
 impl Running {
     /// Sends the request, then copies the output into `out` and collects replies and
-    /// stderr until the helper exits (or `deadline`, or too much output: then it is killed).
+    /// stderr until the helper exits (or `deadline`, or too much output, or `gone()`, asked
+    /// at least once a second: then it is killed).
     fn exchange(
         &mut self,
         request: &[u8],
         out: &mut dyn Write,
         max_output: u64,
         deadline: Instant,
+        gone: &dyn Fn() -> bool,
     ) -> anyhow::Result<Run> {
         if let Some(mut w) = self.request.take() {
             // A helper that died before reading it is reported below.
@@ -671,6 +680,10 @@ impl Running {
             let now = Instant::now();
             if exited_at.is_none() && now >= deadline {
                 run.timed_out = true;
+                break;
+            }
+            if exited_at.is_none() && gone() {
+                run.container_gone = true;
                 break;
             }
             if let Some(t) = exited_at {
