@@ -119,6 +119,55 @@ fn hello_request(name: &str) -> Vec<u8> {
     framed
 }
 
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloRequest {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HelloReply {
+    #[prost(string, tag = "1")]
+    message: String,
+}
+
+/// `helloworld.Greeter/SayHello` with tonic at `base` (TLS against `ca` when given, the
+/// server named `localhost`): the reply to "tonic", and the status of the call for "fail".
+fn grpc_with_tonic(base: &str, ca: Option<Vec<u8>>) -> Result<(String, tonic::Status)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(base.to_string())?;
+        if let Some(ca) = ca {
+            endpoint = endpoint.tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+                    .domain_name("localhost"),
+            )?;
+        }
+        let grpc = tonic::client::Grpc::new(endpoint.connect().await?);
+        let call = |name: &str| {
+            let request = tonic::Request::new(HelloRequest { name: name.into() });
+            let path = http::uri::PathAndQuery::from_static("/helloworld.Greeter/SayHello");
+            let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
+            let mut grpc = grpc.clone();
+            async move {
+                grpc.ready()
+                    .await
+                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                grpc.unary(request, path, codec).await
+            }
+        };
+        let reply = call("tonic").await?.into_inner().message;
+        let failed = call("fail")
+            .await
+            .err()
+            .context("the call for `fail` succeeded")?;
+        Ok((reply, failed))
+    })
+}
+
 fn http2_through_the_shim() -> Result<()> {
     require_shim()?;
     let dir = tempfile::tempdir()?;
@@ -196,6 +245,13 @@ fn http2_through_the_shim() -> Result<()> {
         out.contains("grpc-status: 3") && out.contains("grpc-message: the name must not be fail"),
         "{out}"
     );
+    // The same call through a gRPC library (tonic).
+    let (reply, failed) = grpc_with_tonic(&base, None)?;
+    ensure!(reply == "Hello tonic", "{reply:?}");
+    ensure!(
+        failed.code() == tonic::Code::InvalidArgument,
+        "the status from the trailers was lost: {failed:?}"
+    );
     drop(app);
 
     // TLS from bind-mounted PEM files: ALPN h2 and http/1.1 against the private CA.
@@ -239,6 +295,11 @@ fn http2_through_the_shim() -> Result<()> {
     ensure!(out.contains(&format!("full-url={url}\n")), "{out}");
     let (ok, out, err) = tls("--http1.1")?;
     ensure!(ok && out.ends_with("v=1.1\n"), "{out}{err}");
+    let ca_pem = std::fs::read(pki.join("ca.pem"))?;
+    let tls_base = format!("https://localhost:{}", app.port);
+    let (reply, failed) = grpc_with_tonic(&tls_base, Some(ca_pem))?;
+    ensure!(reply == "Hello tonic", "{reply:?}");
+    ensure!(failed.code() == tonic::Code::InvalidArgument, "{failed:?}");
     let (ok, _, _) = curl(&[
         "--http2-prior-knowledge",
         &format!("http://127.0.0.1:{}/", app.port),
