@@ -235,16 +235,38 @@ fn https_origin_signed_by_a_private_ca() {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-/// `redis-cli --tls` against the TLS server.
-fn redis_cli(redis: &servers::ServerProcess, pki: &Path, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["--tls", "--cacert", &path_of(pki, "ca.pem")])
+/// `redis-cli` against `redis`, over TLS trusting `pki`'s CA when given.
+fn redis_cli(redis: &servers::ServerProcess, pki: Option<&Path>, args: &[&str]) -> String {
+    let mut cmd = Command::new("redis-cli");
+    if let Some(pki) = pki {
+        cmd.args(["--tls", "--cacert", &path_of(pki, "ca.pem")]);
+    }
+    let out = cmd
         .args(["-h", "127.0.0.1", "-p", &redis.port.to_string()])
         .args(args)
         .output()
         .expect("redis-cli");
     assert!(out.status.success(), "{out:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Waits (30 s) until the Redis list `key` holds exactly `want` (a trigger handler's record).
+fn wait_recorded(
+    redis: &servers::ServerProcess,
+    pki: Option<&Path>,
+    key: &str,
+    want: &str,
+    server: &Server,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while redis_cli(redis, pki, &["LRANGE", key, "0", "-1"]) != want {
+        assert!(
+            Instant::now() < deadline,
+            "`{want}` not recorded in {key}: {}",
+            server.stderr.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -294,7 +316,7 @@ fn rediss_outbound_key_value_and_trigger() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(server.get("/kv/greeting").text(), "over tls");
     assert_eq!(
-        redis_cli(&redis, pki.path(), &["-n", "3", "GET", "greeting"]),
+        redis_cli(&redis, Some(pki.path()), &["-n", "3", "GET", "greeting"]),
         "over tls"
     );
     drop(server);
@@ -332,7 +354,7 @@ record_key = "tls-seen"
     let server = start(trig.path(), &trust.file());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let n = redis_cli(&redis, pki.path(), &["PUBSUB", "NUMSUB", "orders"]);
+        let n = redis_cli(&redis, Some(pki.path()), &["PUBSUB", "NUMSUB", "orders"]);
         if n.lines().nth(1) == Some("1") {
             break;
         }
@@ -343,16 +365,8 @@ record_key = "tls-seen"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    redis_cli(&redis, pki.path(), &["PUBLISH", "orders", "m1"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while redis_cli(&redis, pki.path(), &["LRANGE", "tls-seen", "0", "-1"]) != "m1" {
-        assert!(
-            Instant::now() < deadline,
-            "not recorded: {}",
-            server.stderr.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    redis_cli(&redis, Some(pki.path()), &["PUBLISH", "orders", "m1"]);
+    wait_recorded(&redis, Some(pki.path()), "tls-seen", "m1", &server);
     drop(server);
     // Without the CA the trigger cannot subscribe, and says why.
     let server = start(trig.path(), &[]);
@@ -422,4 +436,63 @@ fn mqtts_outbound_verifies_the_broker() {
     trust.check(app.path(), &authority, "publish", "publish=()", |server| {
         call(server, "mqtt", &addr, "topic=spin/tls&qos=1")
     });
+}
+
+#[test]
+fn mqtt_trigger_subscribes_over_tls() {
+    let pki = pki();
+    let trust = Trust::new(pki.path());
+    let broker = servers::mosquitto_tls(pki.path());
+    let redis = servers::redis();
+    let broker_addr = format!("mqtts://127.0.0.1:{}", broker.port);
+    guest_wasm(HOSTIFACES);
+    // `c` publishes over TLS; the trigger's `recorder` appends what it gets to a Redis list.
+    let app = app_from_manifest(&format!(
+        r#"
+spin_manifest_version = 2
+[application]
+name = "mqtt-tls"
+[application.trigger.mqtt]
+address = "{broker_addr}"
+username = ""
+password = ""
+keep_alive_interval = "5"
+[[trigger.http]]
+route = "/..."
+component = "c"
+[[trigger.mqtt]]
+component = "recorder"
+topic = "sensors/#"
+qos = "1"
+[component.c]
+source = "{{WASM_DIR}}/{HOSTIFACES}"
+allowed_outbound_hosts = ["{broker_addr}"]
+[component.recorder]
+source = "{{WASM_DIR}}/spin_mqtt_trigger.wasm"
+allowed_outbound_hosts = ["redis://127.0.0.1:*"]
+[component.recorder.variables]
+record_address = "redis://{}"
+record_key = "tls-seen"
+"#,
+        redis.addr()
+    ));
+    let server = start(app.path(), &trust.file());
+    let log = log_with(&server, "mqtt trigger subscribed");
+    assert!(log.contains("mqtt trigger subscribed"), "{log}");
+    let got = call(
+        &server,
+        "mqtt",
+        &format!("{broker_addr}?client_id=spin-tls-pub"),
+        "topic=sensors/tls&qos=1",
+    );
+    assert_ok(&got, "publish=()");
+    wait_recorded(&redis, None, "tls-seen", "sensors/tls hello 1", &server);
+    drop(server);
+    // Without the CA the trigger cannot connect, and says why.
+    let server = start(app.path(), &[]);
+    let log = log_with(&server, "UnknownIssuer");
+    assert!(
+        log.contains("mqtt trigger connection failed") && log.contains("UnknownIssuer"),
+        "{log}"
+    );
 }
