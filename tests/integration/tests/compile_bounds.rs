@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The shim's compile bounds in these tests.
+/// The shim's compile bounds in these tests: the wall-clock bound leaves the compiler a
+/// third of a core to reach the CPU-seconds one, so the CPU case holds on a loaded machine.
 const CPU_SECS: u64 = 20;
-const TIMEOUT_SECS: u64 = 30;
+const TIMEOUT_SECS: u64 = 60;
 /// How much the shim's RSS may grow over its idle figure while a component compiles.
 const RSS_SLACK_KIB: u64 = 64 << 10;
 
