@@ -268,7 +268,11 @@ fn serve_in_runtime(
             args,
             listener,
             |addr| {
-                let scheme = if config.tls.is_some() { "https" } else { "http" };
+                let scheme = if config.tls.is_some() {
+                    "https"
+                } else {
+                    "http"
+                };
                 if let Some(addr) = addr {
                     tracing::info!("Serving {scheme}://{addr}");
                 }
