@@ -38,6 +38,7 @@ pub mod spin1;
 mod state;
 pub mod tier;
 pub mod trigger;
+pub mod wagi;
 pub mod wasi_rc;
 
 use std::future::Future;

@@ -88,7 +88,11 @@ impl HandlerState for P3Instances {
             .upgrade()
             .ok_or_else(|| wasmtime::format_err!("component `{}` was unloaded", self.id))?;
         let mut store = component
-            .new_store(self.max_instance_memory, &[], false)
+            .new_store(
+                self.max_instance_memory,
+                &[],
+                crate::runtime::Stdio::Default,
+            )
             .map_err(wasmtime::Error::from_anyhow)?;
         let instantiate = self.pre.instantiate_async(&mut store);
         let service = match self.request_timeout {

@@ -24,6 +24,8 @@ pub struct HttpTrigger {
     pub component: String,
     /// `static_response` (Spin 3.x): served by the host instead of a component.
     pub static_response: Option<Arc<StaticResponse>>,
+    /// `executor = { type = "wagi" }`: the component is a WASI command run as CGI.
+    pub wagi: Option<Arc<crate::wagi::WagiConfig>>,
 }
 
 /// Prefix reserved for the runtime's built-in endpoints.
@@ -261,6 +263,7 @@ mod tests {
                 },
                 component: c.to_string(),
                 static_response: None,
+                wagi: None,
             })
             .collect();
         Router::build(&triggers).unwrap()

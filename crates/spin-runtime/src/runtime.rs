@@ -315,6 +315,29 @@ pub(crate) enum HttpPre {
     P3(ServicePre<InstanceState>),
     /// `fermyon:spin/inbound-http` (Spin 1.x modules, adapted by [`crate::spin1`]).
     Spin1(crate::spin1::http::InboundHttpPre),
+    /// A WASI command a WAGI trigger runs per request ([`crate::wagi`]).
+    Wagi(crate::wagi::WagiPre),
+}
+
+/// What an HTTP trigger needs of a component: an HTTP handler export, or (WAGI) a command.
+#[derive(Clone)]
+pub(crate) enum HttpRole {
+    Handler,
+    Wagi(Arc<crate::wagi::WagiConfig>),
+}
+
+/// The standard streams of a store.
+pub(crate) enum Stdio<'a> {
+    /// Output to the process's (or the app log), no input.
+    Default,
+    /// As `Default`, with the process's standard input (a command trigger).
+    InheritStdin,
+    /// CGI (WAGI): extra environment, the request body as input, output captured.
+    Cgi {
+        env: &'a [(String, String)],
+        stdin: bytes::Bytes,
+        stdout: wasmtime_wasi::p2::pipe::MemoryOutputPipe,
+    },
 }
 
 /// A component ready to serve: pre-instantiated, with its env, preopens and host state.
@@ -334,13 +357,12 @@ pub(crate) struct PreparedComponent {
 
 impl PreparedComponent {
     /// A fresh store for this component, its linear memories capped at
-    /// `max_instance_memory`, with the guest's `args` and, if `stdin`, the process's
-    /// standard input (for a command trigger).
+    /// `max_instance_memory`, with the guest's `args` and standard streams `stdio`.
     pub(crate) fn new_store(
         &self,
         max_instance_memory: Option<usize>,
         args: &[String],
-        stdin: bool,
+        stdio: Stdio<'_>,
     ) -> anyhow::Result<Store<InstanceState>> {
         let mut wasi = WasiCtxBuilder::new();
         if otel_export::logs_enabled() || otel_export::enabled() {
@@ -351,8 +373,16 @@ impl PreparedComponent {
         }
         wasi.envs(&self.env);
         wasi.args(args);
-        if stdin {
-            wasi.inherit_stdin();
+        match stdio {
+            Stdio::Default => {}
+            Stdio::InheritStdin => {
+                wasi.inherit_stdin();
+            }
+            Stdio::Cgi { env, stdin, stdout } => {
+                wasi.envs(env);
+                wasi.stdin(wasmtime_wasi::p2::pipe::MemoryInputPipe::new(stdin));
+                wasi.stdout(stdout);
+            }
         }
         for (host_dir, guest) in &self.preopens {
             wasi.preopened_dir(host_dir, guest, FsPerms::ReadOnly)
@@ -459,17 +489,38 @@ impl LoadedApp {
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
-        let http_components: std::collections::HashSet<&str> = app
-            .http_triggers
-            .iter()
-            .map(|t| t.component.as_str())
-            .collect();
+        let mut http_components: HashMap<&str, HttpRole> = HashMap::new();
+        for t in &app.http_triggers {
+            if t.component.is_empty() {
+                continue;
+            }
+            let role = match &t.wagi {
+                Some(w) => HttpRole::Wagi(w.clone()),
+                None => HttpRole::Handler,
+            };
+            match (http_components.get(t.component.as_str()), &role) {
+                (Some(HttpRole::Wagi(_)), HttpRole::Handler)
+                | (Some(HttpRole::Handler), HttpRole::Wagi(_)) => bail!(
+                    "component `{}` is used by a WAGI trigger and by an HTTP trigger with \
+                     another executor; a component is either a WASI command (WAGI) or an HTTP \
+                     handler: give each trigger its own component",
+                    t.component
+                ),
+                (Some(_), _) => {}
+                (None, _) => {
+                    http_components.insert(t.component.as_str(), role);
+                }
+            }
+        }
         let event_components: std::collections::HashSet<&str> =
             app.event_triggers.components().map(|(_, _, c)| c).collect();
         // As Spin's trigger executors: only components a trigger uses are loaded (others,
         // such as middleware listed as app components, may not link on their own).
-        let used: std::collections::HashSet<&str> =
-            http_components.union(&event_components).copied().collect();
+        let used: std::collections::HashSet<&str> = http_components
+            .keys()
+            .chain(event_components.iter())
+            .copied()
+            .collect();
         for component in app.components.values() {
             if !used.contains(component.id.as_str()) {
                 tracing::debug!(component = %component.id, "not used by any trigger: not loaded");
@@ -568,7 +619,7 @@ impl LoadedApp {
             } else {
                 &mut linker
             };
-            let http = http_components.contains(component.id.as_str());
+            let http = http_components.get(component.id.as_str());
             let middleware = !component.middleware.is_empty();
             let (instance_pre, pre) = link(code_linker, &wasm, &component.id, http, middleware)?;
             let (preopens, dir) = prepare_files(component, config)?;
@@ -645,7 +696,11 @@ impl LoadedApp {
             .get(id)
             .ok_or_else(|| anyhow!("component `{id}` is not loaded"))?;
         let old = slot.load_full();
-        let (instance_pre, pre) = link(linker, wasm, id, old.pre.is_some(), middleware)?;
+        let role = old.pre.as_ref().map(|p| match p {
+            HttpPre::Wagi(w) => HttpRole::Wagi(w.config.clone()),
+            _ => HttpRole::Handler,
+        });
+        let (instance_pre, pre) = link(linker, wasm, id, role.as_ref(), middleware)?;
         slot.store(Arc::new(PreparedComponent {
             id: old.id.clone(),
             pre,
@@ -672,6 +727,23 @@ impl LoadedApp {
         self.new_store_with(component, &[], false)
     }
 
+    /// A store for one WAGI request: CGI `env` on top of the component's, `stdin` as its
+    /// input, its output into `stdout`.
+    pub(crate) fn new_cgi_store(
+        &self,
+        component: &PreparedComponent,
+        args: &[String],
+        env: &[(String, String)],
+        stdin: bytes::Bytes,
+        stdout: wasmtime_wasi::p2::pipe::MemoryOutputPipe,
+    ) -> anyhow::Result<Store<InstanceState>> {
+        component.new_store(
+            self.max_instance_memory,
+            args,
+            Stdio::Cgi { env, stdin, stdout },
+        )
+    }
+
     /// As [`Self::new_store`], with the guest's `args` and, if `stdin`, the process's
     /// standard input (for a command trigger).
     pub(crate) fn new_store_with(
@@ -680,7 +752,12 @@ impl LoadedApp {
         args: &[String],
         stdin: bool,
     ) -> anyhow::Result<Store<InstanceState>> {
-        component.new_store(self.max_instance_memory, args, stdin)
+        let stdio = if stdin {
+            Stdio::InheritStdin
+        } else {
+            Stdio::Default
+        };
+        component.new_store(self.max_instance_memory, args, stdio)
     }
 
     /// The instances serving WASIp3 component `component`'s requests, created on its first
@@ -773,11 +850,11 @@ fn link(
     linker: &mut Linker<InstanceState>,
     wasm: &WasmComponent,
     id: &str,
-    http: bool,
+    http: Option<&HttpRole>,
     middleware: bool,
 ) -> anyhow::Result<(InstancePre<InstanceState>, Option<HttpPre>)> {
     let engine = wasm.engine();
-    if http {
+    if let Some(HttpRole::Handler) = http {
         check_exports(engine, wasm, id)?;
     }
     if middleware {
@@ -790,10 +867,14 @@ fn link(
                 Some(msg) => anyhow!("{msg}"),
                 None => anyhow!("component `{id}` cannot be linked: {e:#}"),
             })?;
-    let pre = if http {
-        Some(http_pre(&instance_pre, id)?)
-    } else {
-        None
+    let pre = match http {
+        Some(HttpRole::Handler) => Some(http_pre(&instance_pre, id)?),
+        Some(HttpRole::Wagi(config)) => Some(HttpPre::Wagi(crate::wagi::prepare(
+            &instance_pre,
+            id,
+            config.clone(),
+        )?)),
+        None => None,
     };
     Ok((instance_pre, pre))
 }

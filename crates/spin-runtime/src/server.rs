@@ -281,6 +281,7 @@ where
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
         HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
         HttpPre::Spin1(pre) => return Ok(crate::spin1::http::call(app, component, pre, req).await?),
+        HttpPre::Wagi(pre) => return Ok(crate::wagi::call(app, component, pre, req).await?),
     };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();

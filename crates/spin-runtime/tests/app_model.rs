@@ -210,8 +210,8 @@ fn manifest_errors_name_file_key_and_reason() {
             &["component.c.source", "not a sha256 digest"],
         ),
         (
-            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\nexecutor = { type = \"wagi\" }\n[component.c]\nsource = \"c.wasm\"\n",
-            &["executor", "wagi"],
+            "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\nexecutor = { type = \"wagi\", entrypoint = \"main2\" }\n[component.c]\nsource = \"c.wasm\"\n",
+            &["wagi `entrypoint` = `main2`", "only `_start` is run"],
         ),
         (
             "[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\nfiles = [\"../outside/*\"]\n",

@@ -47,6 +47,7 @@ fn one_component_app(source: &[u8]) -> App {
             route: Route::Path("/...".into()),
             component: "c".into(),
             static_response: None,
+            wagi: None,
         }],
         components: BTreeMap::from([("c".to_string(), component)]),
         event_triggers: Default::default(),

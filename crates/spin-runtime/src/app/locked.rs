@@ -136,8 +136,23 @@ pub(super) fn convert(
             TriggerConfig::Command(config) => event_triggers.command.push(Trigger { id, config }),
             TriggerConfig::Http(h) => {
                 h.check(&t.id).map_err(|e| anyhow!("{origin}: {e}"))?;
+                let mut wagi = None;
                 match &h.executor {
                     None | Some(HttpExecutor::Http) => {}
+                    Some(HttpExecutor::Wagi { argv, entrypoint }) => {
+                        // Spin runs a WAGI module's `_start` (its `wasi:cli/run`); another
+                        // entry point is Spin 1's deprecated setting.
+                        if entrypoint != spin_app_format::trigger::WAGI_DEFAULT_ENTRYPOINT {
+                            bail!(
+                                "{origin}: http trigger `{}`: wagi `entrypoint` = `{}`: only \
+                                 `_start` is run (as Spin 2 and later do); export the program's \
+                                 entry as `_start` (a `fn main` program) or remove the key",
+                                t.id,
+                                shown(entrypoint)
+                            );
+                        }
+                        wagi = Some(Arc::new(crate::wagi::WagiConfig { argv: argv.clone() }));
+                    }
                     // Spin 3.x's opt-in to WASIp3 handlers (Spin 4 detects them from the
                     // export, as this runtime does): the same executor.
                     Some(HttpExecutor::Other {
@@ -146,8 +161,8 @@ pub(super) fn convert(
                     }) if executor_type == WASIP3_UNSTABLE && config.is_empty() => {}
                     Some(other) => bail!(
                         "{origin}: http trigger `{}`: key `executor`: executor type `{}` is not \
-                         supported (only the default `http`/`spin` executor and \
-                         `{WASIP3_UNSTABLE}`; WAGI is not)",
+                         supported (the default `http`/`spin` executor, `wagi` and \
+                         `{WASIP3_UNSTABLE}`)",
                         t.id,
                         other.type_name()
                     ),
@@ -157,6 +172,7 @@ pub(super) fn convert(
                     route: h.route,
                     component: h.component.unwrap_or_default(),
                     static_response: h.static_response.map(Arc::new),
+                    wagi,
                 });
             }
         }

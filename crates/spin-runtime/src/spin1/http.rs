@@ -4,7 +4,6 @@
 //! service chaining, self requests and client TLS as wasi:http's outbound requests.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
@@ -228,7 +227,7 @@ where
         Some(d) => match tokio::time::timeout(d, run).await {
             Ok(r) => r,
             Err(_) => {
-                log_deadline(&component.id, d);
+                crate::limits::log_deadline(&component.id, d);
                 return Ok(plain(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"));
             }
         },
@@ -253,14 +252,6 @@ where
         out.headers_mut().append(name, value);
     }
     Ok(out)
-}
-
-fn log_deadline(id: &str, d: Duration) {
-    tracing::error!(
-        component = id,
-        "request past its deadline ({} ms, SPIN_SHIM_REQUEST_TIMEOUT); the instance was stopped",
-        d.as_millis()
-    );
 }
 
 /// Links `fermyon:spin/http` (unversioned) `send-request`.
