@@ -119,6 +119,52 @@ impl Placement {
     }
 }
 
+impl Placement {
+    /// Removes this container's helper cgroups that are still there (a background compile
+    /// still running when the container is deleted), killing what is inside: they sit
+    /// beside the container's cgroup, so removing that one leaves them, and the pod's cgroup
+    /// could not be removed after the container's. Their owners' later removal finds them
+    /// gone, which is fine.
+    pub(crate) fn remove_helper_cgroups(&self) -> anyhow::Result<()> {
+        if self.layout() != CgroupLayout::Unified {
+            return Ok(());
+        }
+        let Some(own) = self.unified_dir() else {
+            return Ok(());
+        };
+        let (Some(parent), Some(name)) = (own.parent(), own.file_name()) else {
+            return Ok(());
+        };
+        let name = name.to_string_lossy();
+        let prefix = format!(
+            "{}{HELPER_CGROUP_SUFFIX}",
+            name.strip_suffix(".scope").unwrap_or(&name)
+        );
+        let entries = match std::fs::read_dir(parent) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", parent.display())),
+        };
+        let mut errors = Vec::new();
+        for entry in entries.flatten() {
+            let file_name = entry.file_name();
+            let n = file_name.to_string_lossy();
+            let ours = n
+                .strip_prefix(&prefix)
+                .is_some_and(|seq| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()));
+            if ours && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Err(e) = remove_cgroup_tree(&entry.path()) {
+                    errors.push(format!("{e:#}"));
+                }
+            }
+        }
+        if !errors.is_empty() {
+            anyhow::bail!("removing helper cgroups: {}", errors.join("; "));
+        }
+        Ok(())
+    }
+}
+
 impl HelperCgroup {
     /// The cgroup's directory.
     pub fn dir(&self) -> &Path {

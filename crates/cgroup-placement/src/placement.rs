@@ -400,8 +400,9 @@ impl Placement {
         }
     }
 
-    /// Removes the container-level cgroup (never its parents). Processes still inside are
-    /// killed with SIGKILL first; directories already gone are fine. For the systemd driver
+    /// Removes the container-level cgroup (never its parents) and, on unified hosts, the
+    /// helper cgroups beside it ([`Placement::create_helper_cgroup`]). Processes still
+    /// inside are killed with SIGKILL first; directories already gone are fine. For the systemd driver
     /// the scope unit is stopped through youki's systemd manager (D-Bus) and any directory
     /// left behind is removed.
     ///
@@ -425,6 +426,9 @@ impl Placement {
             if let Err(e) = remove_cgroup_tree(&dir) {
                 errors.push(format!("{e:#}"));
             }
+        }
+        if let Err(e) = self.remove_helper_cgroups() {
+            errors.push(format!("{e:#}"));
         }
         if !errors.is_empty() {
             bail!(
