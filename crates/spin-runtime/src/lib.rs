@@ -40,6 +40,7 @@ pub mod tier;
 pub mod trigger;
 pub mod wagi;
 pub mod wasi_rc;
+mod whole_body;
 
 use std::future::Future;
 use std::path::Path;

@@ -390,16 +390,6 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Logs that a request to component `id` passed its deadline `d` and its instance was
-/// stopped (for the executors that answer 504 themselves: Spin 1.x, WAGI).
-pub(crate) fn log_deadline(id: &str, d: std::time::Duration) {
-    tracing::error!(
-        component = id,
-        "request past its deadline ({} ms, SPIN_SHIM_REQUEST_TIMEOUT); the instance was stopped",
-        d.as_millis()
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

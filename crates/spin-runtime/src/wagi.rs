@@ -26,15 +26,14 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::runtime::{LoadedApp, PreparedComponent};
 use crate::InstanceState;
 
-/// The largest request body given on stdin, and the largest output read from stdout.
-pub const MAX_BODY_BYTES: usize = 64 << 20;
+pub use crate::whole_body::MAX_BODY_BYTES;
+use crate::whole_body::{full, plain, read_body, within_deadline};
 
 /// The CGI version WAGI follows.
 const GATEWAY_INTERFACE: &str = "CGI/1.1";
@@ -162,16 +161,6 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_default()
 }
 
-fn full(b: Bytes) -> HyperOutgoingBody {
-    Full::new(b).map_err(|never| match never {}).boxed_unsync()
-}
-
-fn plain(status: StatusCode, text: String) -> Response<HyperOutgoingBody> {
-    let mut r = Response::new(full(Bytes::from(text)));
-    *r.status_mut() = status;
-    r
-}
-
 /// The HTTP response a CGI program's `stdout` describes (see the module docs); `Err` names
 /// what is wrong with it.
 pub fn compose_response(stdout: &[u8]) -> Result<Response<Bytes>, String> {
@@ -262,15 +251,9 @@ where
 {
     let id = &component.id;
     let (parts, body) = req.into_parts();
-    let body = body.map_err(Into::<wasmtime_wasi_http::Error>::into);
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return Ok(plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request body too large for a WAGI component\n".into(),
-            ))
-        }
+    let body = match read_body(body, "WAGI").await {
+        Ok(b) => b,
+        Err(answer) => return Ok(answer),
     };
     let args = argv(
         &pre.config.argv,
@@ -287,15 +270,9 @@ where
         }
         command.wasi_cli_run().call_run(&mut store).await
     };
-    let ended = match app.limits.request_timeout {
-        Some(d) => match tokio::time::timeout(d, run).await {
-            Ok(r) => r,
-            Err(_) => {
-                crate::limits::log_deadline(id, d);
-                return Ok(plain(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout".into()));
-            }
-        },
-        None => run.await,
+    let ended = match within_deadline(app, id, run).await {
+        Ok(r) => r,
+        Err(answer) => return Ok(answer),
     };
     let failed = match ended {
         Ok(Ok(())) => None,

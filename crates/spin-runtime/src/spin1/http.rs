@@ -17,8 +17,8 @@ use wasmtime_wasi_http::WasiHttpHooks;
 use crate::runtime::{LoadedApp, PreparedComponent};
 use crate::InstanceState;
 
-/// The largest request or response body passed whole through a Spin 1.x call.
-pub const MAX_BODY_BYTES: usize = 64 << 20;
+pub use crate::whole_body::MAX_BODY_BYTES;
+use crate::whole_body::{full, plain, read_body, within_deadline};
 
 /// `fermyon:spin/http-types.method`.
 #[derive(ComponentType, Lift, Lower, Clone, Copy, Debug, PartialEq)]
@@ -149,16 +149,6 @@ pub(crate) fn check_handler(
     Ok(())
 }
 
-fn plain(status: StatusCode, text: &'static str) -> Response<HyperOutgoingBody> {
-    let mut r = Response::new(full(Bytes::from_static(text.as_bytes())));
-    *r.status_mut() = status;
-    r
-}
-
-fn full(b: Bytes) -> HyperOutgoingBody {
-    Full::new(b).map_err(|never| match never {}).boxed_unsync()
-}
-
 /// Serves one request with a Spin 1.x handler, as Spin's `spin` executor does: the whole
 /// body read first (up to [`MAX_BODY_BYTES`]), `uri` the path and query, `params` empty, the
 /// request headers (with Spin's `spin-*` ones the server added); a method the interface
@@ -178,15 +168,9 @@ where
     let Some(method) = Method::from_http(&parts.method) else {
         return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, ""));
     };
-    let body = body.map_err(Into::<wasmtime_wasi_http::Error>::into);
-    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
-            return Ok(plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request body too large for a Spin 1.x component\n",
-            ))
-        }
+    let body = match read_body(body, "Spin 1.x").await {
+        Ok(b) => b,
+        Err(answer) => return Ok(answer),
     };
     let headers = parts
         .headers
@@ -223,15 +207,9 @@ where
         let (resp,): (Response1,) = func.call_async(&mut store, (request,)).await?;
         anyhow::Ok(resp)
     };
-    let resp = match app.limits.request_timeout {
-        Some(d) => match tokio::time::timeout(d, run).await {
-            Ok(r) => r,
-            Err(_) => {
-                crate::limits::log_deadline(&component.id, d);
-                return Ok(plain(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout"));
-            }
-        },
-        None => run.await,
+    let resp = match within_deadline(app, &component.id, run).await {
+        Ok(r) => r,
+        Err(answer) => return Ok(answer),
     }
     .with_context(|| format!("component `{}`: handle-http-request failed", component.id))?;
     if !(100..=599).contains(&resp.status) {
