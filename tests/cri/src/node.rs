@@ -89,6 +89,17 @@ impl Node {
         layout: Layout,
         spin: SpinHandler<'_>,
     ) -> Result<Self> {
+        Self::start_with_env(version, layout, spin, Vec::new())
+    }
+
+    /// [`Node::start_with`], with `env` in containerd's (and so the shims') environment, as a
+    /// node's containerd unit sets it (e.g. `SSL_CERT_FILE`, `HTTPS_PROXY`).
+    pub fn start_with_env(
+        version: ContainerdVersion,
+        layout: Layout,
+        spin: SpinHandler<'_>,
+        env: Vec<(String, String)>,
+    ) -> Result<Self> {
         let cni = tempfile::Builder::new().prefix("cri-cni-").tempdir()?;
         let c = cni.path().display();
         let spin_table = match spin {
@@ -122,6 +133,7 @@ impl Node {
                 ..Default::default()
             },
         };
+        let config = integration::ContainerdConfig { env, ..config };
         let containerd = Containerd::start_with(version, mode_for(layout), &config)?;
         Ok(Node {
             containerd,

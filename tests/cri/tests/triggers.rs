@@ -9,8 +9,7 @@
 //!
 //! Needs what `tests/cri/tests/cri.rs` needs (built shim, `scripts/build-apps.sh`).
 
-#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
-mod servers;
+use test_support::servers;
 
 use std::time::{Duration, Instant};
 

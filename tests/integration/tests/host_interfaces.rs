@@ -4,8 +4,7 @@
 //! loopback, and SQLite's default database inside the container's rootfs.
 //! Run as root: `cargo test --release -p integration --test host_interfaces -- --nocapture`.
 
-#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
-mod servers;
+use test_support::servers;
 
 use anyhow::{ensure, Result};
 use integration::{require_shim, workspace_root, CgroupMode, Containerd, ContainerdVersion};

@@ -5,8 +5,7 @@
 //! Spin's `spin.request_count` counter.
 //! Run as root: `cargo test --release -p integration --test otel -- --nocapture`.
 
-#[path = "../../../crates/spin-runtime/tests/otlp/mod.rs"]
-mod otlp;
+use test_support::otlp;
 
 use std::time::Duration;
 

@@ -7,8 +7,7 @@
 //! what confinement allows. Without the variable the certificate is refused.
 //! Run as root: `cargo test --release --workspace --test pod_trust_store -- --nocapture`.
 
-#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
-mod servers;
+use test_support::servers;
 
 use std::path::Path;
 

@@ -7,8 +7,7 @@
 //! `ctr run`'s.
 //! Run as root: `cargo test --release -p integration --test triggers -- --nocapture`.
 
-#[path = "../../../crates/spin-runtime/tests/servers/mod.rs"]
-mod servers;
+use test_support::servers;
 
 use std::time::Duration;
 

@@ -8,8 +8,7 @@
 //! no file in the cache.
 //! Root only: `cargo test --release --workspace --test url_sources -- --nocapture`.
 
-#[path = "../../../crates/spin-runtime/tests/https_origin/mod.rs"]
-mod https_origin;
+use test_support::https_origin;
 
 use std::path::Path;
 
