@@ -10,7 +10,6 @@
 //! Needs what `tests/cri/tests/cri.rs` needs (built shim, `scripts/build-apps.sh`).
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -19,7 +18,7 @@ use cri_tests::cri::{ContainerSpec, Cri};
 use cri_tests::kubelet::{CgroupDriver, QosClass};
 use cri_tests::node::{ContainerdVersion, Images, Node, SpinHandler};
 use cri_tests::scenario::{self, KubeletPod};
-use oci_image_builder::{rootfs_image, spin, ProcessConfig, TarTree};
+use oci_image_builder::spin;
 use test_support::https_origin::Origin;
 
 const LAYOUT: Layout = Layout::Unified;
@@ -118,45 +117,10 @@ fn spin1_checks(addr: SocketAddr, abi: &str, component: &str) -> Result<String> 
 }
 
 fn wagi_checks(addr: SocketAddr) -> Result<String> {
-    let body = get(addr, "/wagi/echo?name=spin&flag", 200)?;
-    for want in [
-        "argv=/wagi/echo|name|spin|flag\n",
-        "REQUEST_METHOD=GET\n",
-        "SCRIPT_NAME=/wagi\n",
-        "PATH_INFO=/echo\n",
-        "X_MATCHED_ROUTE=/wagi/...\n",
-        "GREETING=hello from the manifest\n",
-    ] {
-        ensure!(body.contains(want), "/wagi/echo lacks {want:?}: {body}");
-    }
-    let body = get(addr, "/wagi/created", 201)?;
-    ensure!(body == "created\n", "/wagi/created: {body:?}");
-    get(addr, "/wagi/fail", 500)?;
-    let body = get(addr, "/custom/echo?a=1", 200)?;
-    ensure!(
-        body.contains("argv=prog|--script=/custom/echo|a|1\n"),
-        "/custom/echo: {body}"
-    );
+    integration::app_forms::check_wagi_routes(|p| {
+        scenario::http_get(addr, p, Duration::from_secs(30))
+    })?;
     Ok("wagi: /wagi/echo /wagi/created /wagi/fail /custom/echo".into())
-}
-
-/// A spin-in-container image holding only `/spin.toml`, whose one component is sourced by
-/// `url` with `digest`.
-fn url_source_image(name: &str, url: &str, digest: &str, tar: &Path) -> Result<()> {
-    let manifest = format!(
-        "spin_manifest_version = 2\n[application]\nname = \"by-url\"\n[[trigger.http]]\n\
-         route = \"/...\"\ncomponent = \"fetched\"\n[component.fetched]\n\
-         source = {{ url = \"{url}\", digest = \"{digest}\" }}\n\
-         environment = {{ COMPONENT = \"fetched\" }}\n"
-    );
-    let mut tree = TarTree::new();
-    tree.add_file("spin.toml", manifest.into_bytes(), 0o644)?;
-    let process = ProcessConfig {
-        cmd: vec!["/".into()],
-        ..Default::default()
-    };
-    rootfs_image(name, tree, &process)?.write_archive(tar)?;
-    Ok(())
 }
 
 fn run() -> Result<()> {
@@ -193,7 +157,12 @@ fn run() -> Result<()> {
     }
     let by_url = "docker.io/library/by-url:cri";
     let tar = dir.join("by-url.tar");
-    url_source_image(by_url, &origin.url("/app.wasm"), &origin.digest(), &tar)?;
+    integration::app_forms::url_source_image(
+        by_url,
+        &origin.url("/app.wasm"),
+        &origin.digest(),
+        &tar,
+    )?;
     node.import(&tar)?;
 
     let rt = cri_tests::cri::runtime()?;

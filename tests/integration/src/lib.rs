@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod app_forms;
 pub mod cgroups;
 pub mod images;
 pub mod sdk_apps;

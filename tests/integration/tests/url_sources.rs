@@ -17,24 +17,11 @@ use integration::{
     dir_entries, guest_apps_dir, require_shim, root_test, CgroupMode, Containerd, ContainerdConfig,
     ContainerdVersion,
 };
-use oci_image_builder::{rootfs_image, ProcessConfig, TarTree};
 
-/// A spin-in-container image holding only `/spin.toml`, its one component by URL.
+/// Imports [`integration::app_forms::url_source_image`] `name` into `c`.
 fn image(c: &Containerd, dir: &Path, name: &str, url: &str, digest: &str) -> Result<()> {
-    let manifest = format!(
-        "spin_manifest_version = 2\n[application]\nname = \"remote\"\n[[trigger.http]]\n\
-         route = \"/...\"\ncomponent = \"fetched\"\n[component.fetched]\n\
-         source = {{ url = \"{url}\", digest = \"{digest}\" }}\n\
-         environment = {{ COMPONENT = \"fetched\" }}\n"
-    );
-    let mut tree = TarTree::new();
-    tree.add_file("spin.toml", manifest.into_bytes(), 0o644)?;
-    let process = ProcessConfig {
-        cmd: vec!["/".into()],
-        ..Default::default()
-    };
     let tar = dir.join(format!("{}.tar", name.replace([':', '/'], "_")));
-    rootfs_image(name, tree, &process)?.write_archive(&tar)?;
+    integration::app_forms::url_source_image(name, url, digest, &tar)?;
     c.import(&tar, false)?;
     Ok(())
 }
