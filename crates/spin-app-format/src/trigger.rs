@@ -8,7 +8,12 @@
 //! - `mqtt`: the spin-trigger-mqtt plugin (`[application.trigger.mqtt] address, username,
 //!   password, keep_alive_interval`, `[[trigger.mqtt]] component, topic, qos`);
 //! - `cron`: the spin-trigger-cron plugin (`[[trigger.cron]] component, cron_expression`);
-//! - `command`: the spin-trigger-command plugin (`[[trigger.command]] component`).
+//! - `command`: the spin-trigger-command plugin (`[[trigger.command]] component`);
+//! - `sqs`: the spin-trigger-sqs plugin (`[[trigger.sqs]] component, queue_url,
+//!   max_messages, idle_wait_seconds, system_attributes, message_attributes`);
+//! - `nats`: this runtime's NATS trigger, shaped after the Redis and MQTT ones
+//!   (`[application.trigger.nats] address`, `[[trigger.nats]] component, subject,
+//!   queue_group, address, jetstream = { stream, consumer, durable }`).
 //!
 //! Any other trigger type is kept as [`TriggerConfig::Other`] with its JSON.
 
@@ -30,6 +35,10 @@ pub const MQTT: &str = "mqtt";
 pub const CRON: &str = "cron";
 /// Trigger type of the command trigger plugin.
 pub const COMMAND: &str = "command";
+/// Trigger type of the SQS trigger plugin.
+pub const SQS: &str = "sqs";
+/// Trigger type of the NATS trigger.
+pub const NATS: &str = "nats";
 
 /// The configuration of one trigger, by type.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +53,10 @@ pub enum TriggerConfig {
     Cron(CronTriggerConfig),
     /// `trigger_type = "command"`.
     Command(CommandTriggerConfig),
+    /// `trigger_type = "sqs"`.
+    Sqs(SqsTriggerConfig),
+    /// `trigger_type = "nats"`.
+    Nats(NatsTriggerConfig),
     /// Any other trigger type, untyped.
     Other {
         /// The trigger type.
@@ -80,6 +93,8 @@ impl TriggerConfig {
             MQTT => typed(trigger).map(TriggerConfig::Mqtt),
             CRON => typed(trigger).map(TriggerConfig::Cron),
             COMMAND => typed(trigger).map(TriggerConfig::Command),
+            SQS => typed(trigger).map(TriggerConfig::Sqs),
+            NATS => typed(trigger).map(TriggerConfig::Nats),
             other => Ok(TriggerConfig::Other {
                 trigger_type: other.to_string(),
                 config: trigger.trigger_config.clone(),
@@ -95,6 +110,8 @@ impl TriggerConfig {
             TriggerConfig::Mqtt(m) => Some(&m.component),
             TriggerConfig::Cron(c) => Some(&c.component),
             TriggerConfig::Command(c) => Some(&c.component),
+            TriggerConfig::Sqs(c) => Some(&c.component),
+            TriggerConfig::Nats(c) => Some(&c.component),
             TriggerConfig::Other { config, .. } => config.get("component").and_then(Value::as_str),
         }
     }
@@ -173,6 +190,73 @@ pub struct CronTriggerConfig {
 pub struct CommandTriggerConfig {
     /// The component whose `wasi:cli/run` is run.
     pub component: String,
+}
+
+/// `[[trigger.sqs]]` as the spin-trigger-sqs plugin reads it (no app-wide settings: the
+/// AWS region, endpoint and credentials come from the environment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqsTriggerConfig {
+    /// The component handling messages (it exports `handle-queue-message` of
+    /// `fermyon:spin-sqs@2.0.0`'s `spin-sqs` world).
+    pub component: String,
+    /// The queue, e.g. `https://sqs.us-east-1.amazonaws.com/123456789012/orders`.
+    pub queue_url: String,
+    /// Messages fetched per ReceiveMessage call (the plugin's default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<u16>,
+    /// How long an empty queue is waited on (the plugin's default 2 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_wait_seconds: Option<u64>,
+    /// System attributes to fetch (`All`, `SentTimestamp`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_attributes: Option<Vec<String>>,
+    /// Message attributes to fetch (`All` or names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_attributes: Option<Vec<String>>,
+}
+
+/// `[[trigger.nats]]`: one subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsTriggerConfig {
+    /// The component handling messages (it exports
+    /// `spin:nats-trigger/inbound-nats@0.1.0`).
+    pub component: String,
+    /// The subject (wildcards `*` and `>` allowed; may hold `{{ variable }}` templates).
+    pub subject: String,
+    /// Core NATS queue group: each message goes to one member of the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_group: Option<String>,
+    /// The server, overriding `[application.trigger.nats] address` (may hold templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Consume through a JetStream pull consumer instead of a core subscription.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jetstream: Option<NatsJetStream>,
+}
+
+/// `jetstream = { stream, consumer?, durable? }` of a `[[trigger.nats]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsJetStream {
+    /// The stream holding the subject.
+    pub stream: String,
+    /// An existing consumer of the stream to pull from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
+    /// A durable pull consumer created (or reused) under this name, filtered on `subject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<String>,
+}
+
+/// `[application.trigger.nats]`: the default server of every NATS trigger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsTriggerMetadata {
+    /// `nats://host:4222` or `tls://host:4222` (may hold templates and `user:password@`).
+    #[serde(default)]
+    pub address: String,
 }
 
 /// A string, or a number written where the owner expects its string form.
@@ -445,14 +529,14 @@ mod tests {
         assert!(http(json!({"route": "/", "component": "c", "extra": 1})).is_err());
         let other = TriggerConfig::of(&LockedTrigger {
             id: "r".into(),
-            trigger_type: "sqs".into(),
-            trigger_config: json!({"queue_url": "x", "component": "c"}),
+            trigger_type: "kinesis".into(),
+            trigger_config: json!({"stream": "x", "component": "c"}),
             trigger_dependencies: Default::default(),
         })
         .unwrap();
         assert_eq!(other.component(), Some("c"));
         assert!(
-            matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "sqs")
+            matches!(other, TriggerConfig::Other { ref trigger_type, .. } if trigger_type == "kinesis")
         );
     }
 
@@ -514,6 +598,34 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("unknown field `x`"), "{e}");
+        let TriggerConfig::Sqs(q) = of(
+            "sqs",
+            json!({"component": "c", "queue_url": "http://127.0.0.1:5000/123456789012/q",
+                   "max_messages": 1, "system_attributes": ["All"]}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (q.max_messages, q.idle_wait_seconds, q.system_attributes),
+            (Some(1), None, Some(vec!["All".to_string()]))
+        );
+        let TriggerConfig::Nats(n) = of(
+            "nats",
+            json!({"component": "c", "subject": "orders.>", "queue_group": "workers",
+                   "jetstream": {"stream": "ORDERS", "durable": "spin"}}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(n.jetstream.unwrap().durable.as_deref(), Some("spin"));
+        let e = of("nats", json!({"component": "c"}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[[trigger.nats]]") && e.contains("subject"),
+            "{e}"
+        );
         let meta: MqttTriggerMetadata = serde_json::from_value(json!({
             "address": "mqtt://127.0.0.1:1883", "username": "u", "password": "p",
             "keep_alive_interval": "30"

@@ -1,8 +1,9 @@
-//! The app's triggers other than HTTP: Redis, MQTT, cron and command, typed by the app
+//! The app's triggers other than HTTP: Redis, MQTT, cron, command, SQS and NATS, typed by the app
 //! format crate and checked here so that a bad setting fails the load (naming the trigger
 //! and the key), before any server is contacted.
 
 use anyhow::{anyhow, bail};
+use spin_app_format::trigger::{NatsTriggerConfig, NatsTriggerMetadata, SqsTriggerConfig};
 use spin_app_format::{
     CommandTriggerConfig, CronTriggerConfig, LockedApp, MqttTriggerConfig, MqttTriggerMetadata,
     RedisTriggerConfig, RedisTriggerMetadata,
@@ -32,6 +33,12 @@ pub struct EventTriggers {
     pub cron: Vec<Trigger<CronTriggerConfig>>,
     /// `[[trigger.command]]`.
     pub command: Vec<Trigger<CommandTriggerConfig>>,
+    /// `[[trigger.sqs]]`.
+    pub sqs: Vec<Trigger<SqsTriggerConfig>>,
+    /// `[[trigger.nats]]`.
+    pub nats: Vec<Trigger<NatsTriggerConfig>>,
+    /// `[application.trigger.nats]`.
+    pub nats_settings: NatsTriggerMetadata,
 }
 
 impl EventTriggers {
@@ -41,6 +48,8 @@ impl EventTriggers {
             && self.mqtt.is_empty()
             && self.cron.is_empty()
             && self.command.is_empty()
+            && self.sqs.is_empty()
+            && self.nats.is_empty()
     }
 
     /// `(trigger id, trigger type, component)` of every trigger.
@@ -61,7 +70,15 @@ impl EventTriggers {
             .command
             .iter()
             .map(|t| (t.id.as_str(), "command", t.config.component.as_str()));
-        r.chain(m).chain(c).chain(x)
+        let q = self
+            .sqs
+            .iter()
+            .map(|t| (t.id.as_str(), "sqs", t.config.component.as_str()));
+        let n = self
+            .nats
+            .iter()
+            .map(|t| (t.id.as_str(), "nats", t.config.component.as_str()));
+        r.chain(m).chain(c).chain(x).chain(q).chain(n)
     }
 
     /// Keeps only the triggers whose component `keep` accepts.
@@ -70,6 +87,8 @@ impl EventTriggers {
         self.mqtt.retain(|t| keep(&t.config.component));
         self.cron.retain(|t| keep(&t.config.component));
         self.command.retain(|t| keep(&t.config.component));
+        self.sqs.retain(|t| keep(&t.config.component));
+        self.nats.retain(|t| keep(&t.config.component));
     }
 
     /// Reads the app-wide settings of the types the app uses from the lock.
@@ -83,6 +102,12 @@ impl EventTriggers {
         if !self.mqtt.is_empty() {
             self.mqtt_settings = lock
                 .trigger_metadata("mqtt")
+                .map_err(|e| anyhow!("{origin}: {e:#}"))?
+                .unwrap_or_default();
+        }
+        if !self.nats.is_empty() {
+            self.nats_settings = lock
+                .trigger_metadata("nats")
                 .map_err(|e| anyhow!("{origin}: {e:#}"))?
                 .unwrap_or_default();
         }
@@ -119,6 +144,23 @@ impl EventTriggers {
         for t in &self.cron {
             crate::trigger::cron::parse(&t.config.cron_expression)
                 .map_err(|e| anyhow!("{origin}: cron trigger `{}`: {e}", t.id))?;
+        }
+        for t in &self.sqs {
+            crate::trigger::sqs::check(&t.config)
+                .map_err(|e| anyhow!("{origin}: sqs trigger `{}` ([[trigger.sqs]]): {e}", t.id))?;
+        }
+        for t in &self.nats {
+            if t.config.address.is_none() && self.nats_settings.address.trim().is_empty() {
+                bail!(
+                    "{origin}: nats trigger `{}` has no server address: set `address` in \
+                     [application.trigger.nats] (e.g. \"nats://nats:4222\") or in the \
+                     [[trigger.nats]] entry",
+                    t.id
+                );
+            }
+            crate::trigger::nats::check(&t.config).map_err(|e| {
+                anyhow!("{origin}: nats trigger `{}` ([[trigger.nats]]): {e}", t.id)
+            })?;
         }
         Ok(())
     }

@@ -118,15 +118,9 @@ pub(super) fn convert(
     for t in &lock.triggers {
         let id = t.id.clone();
         match TriggerConfig::of(t).map_err(|e| anyhow!("{origin}: {e:#}"))? {
-            TriggerConfig::Other { trigger_type, .. } if trigger_type == "sqs" => bail!(
-                "{origin}: trigger `{}` ([[trigger.sqs]]): the SQS trigger needs Amazon SQS (AWS), \
-                 which this runtime does not connect to; remove the [[trigger.sqs]] entry, or \
-                 run this app with Spin and its trigger-sqs plugin",
-                t.id
-            ),
             TriggerConfig::Other { trigger_type, .. } => bail!(
                 "{origin}: trigger `{}` ([[trigger.{ty}]]): trigger type `{ty}` \
-                 is not supported by this runtime (supported: http, redis, mqtt, cron, command)",
+                 is not supported by this runtime (supported: http, redis, mqtt, cron, command, sqs, nats)",
                 t.id,
                 ty = shown(&trigger_type)
             ),
@@ -134,6 +128,8 @@ pub(super) fn convert(
             TriggerConfig::Mqtt(config) => event_triggers.mqtt.push(Trigger { id, config }),
             TriggerConfig::Cron(config) => event_triggers.cron.push(Trigger { id, config }),
             TriggerConfig::Command(config) => event_triggers.command.push(Trigger { id, config }),
+            TriggerConfig::Sqs(config) => event_triggers.sqs.push(Trigger { id, config }),
+            TriggerConfig::Nats(config) => event_triggers.nats.push(Trigger { id, config }),
             TriggerConfig::Http(h) => {
                 h.check(&t.id).map_err(|e| anyhow!("{origin}: {e}"))?;
                 let mut wagi = None;

@@ -1,5 +1,6 @@
 //! Every trigger of an app running together: HTTP ([`crate::server`]) beside Redis
-//! ([`redis`]), MQTT ([`mqtt`]), cron ([`cron`]) and command ([`command`]).
+//! ([`redis`]), MQTT ([`mqtt`]), cron ([`cron`]), command ([`command`]), SQS ([`sqs`]) and
+//! NATS ([`nats`]).
 //!
 //! - Each trigger's component export is checked when the app starts, naming the component
 //!   and the export it lacks.
@@ -12,7 +13,9 @@
 pub mod command;
 pub mod cron;
 pub mod mqtt;
+pub mod nats;
 pub mod redis;
+pub mod sqs;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -216,6 +219,8 @@ pub async fn run(
     let mqtt = mqtt::prepare(&app, &vars)?;
     let cron = cron::prepare(&app, &config.host.env)?;
     let command = command::prepare(&app, args)?;
+    let sqs = sqs::prepare(&app, &vars, &config.host.env)?;
+    let nats = nats::prepare(&app, &vars)?;
 
     on_ready(match &listener {
         Some(l) => Some(l.local_addr()?),
@@ -241,6 +246,20 @@ pub async fn run(
         });
     }
     for listener in mqtt {
+        let (app, stop) = (app.clone(), stop.clone());
+        tasks.spawn(async move {
+            listener.run(app, stop).await;
+            Ok(None)
+        });
+    }
+    for queue in sqs {
+        let (app, stop) = (app.clone(), stop.clone());
+        tasks.spawn(async move {
+            queue.run(app, stop).await;
+            Ok(None)
+        });
+    }
+    for listener in nats {
         let (app, stop) = (app.clone(), stop.clone());
         tasks.spawn(async move {
             listener.run(app, stop).await;

@@ -1,0 +1,478 @@
+//! The NATS trigger. No published Spin trigger defines one, so its manifest keys follow the
+//! Redis and MQTT triggers: `[application.trigger.nats] address = "nats://host:4222"` (or
+//! `tls://`, verified with the trust store; `user:password@` in the URL for credentials) and
+//! `[[trigger.nats]] component, subject, queue_group?, address?, jetstream? = { stream,
+//! consumer?, durable? }`. The guest contract is `wit/triggers/nats.wit`: the component
+//! exports `spin:nats-trigger/inbound-nats@0.1.0` and `handle-message` gets each message.
+//!
+//! - Core NATS: a subscription (in `queue_group` when set, so each message reaches one
+//!   member), messages handled in order.
+//! - JetStream: a pull consumer of `stream` filtered on `subject`: the existing `consumer`,
+//!   a durable one named `durable` (created when missing), or else an ephemeral one. `ok`
+//!   acknowledges a message; an error asks for redelivery (NAK) after the triggers' backoff
+//!   for its delivery count (200 ms doubling to 5 s).
+//!
+//! Each entry has its own connection. A lost or refused connection is logged and retried
+//! with the triggers' backoff (200 ms doubling to 5 s) and the subscription is renewed; on
+//! shutdown no message is taken, the running handler finishes and the connection drains.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use async_nats::jetstream;
+use futures::StreamExt;
+use wasmtime::component::{ComponentType, Lift, Lower};
+
+use super::{call, expand, find_handler, Backoff, Handler, Stop};
+use crate::host::variables::Resolved;
+use crate::runtime::LoadedApp;
+use spin_app_format::trigger::NatsTriggerConfig;
+
+/// The exported interface NATS components implement (`wit/triggers/nats.wit`).
+pub const INBOUND_NATS: &str = "spin:nats-trigger/inbound-nats@0.1.0";
+
+/// How long one connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `inbound-nats.message`.
+#[derive(ComponentType, Lower, Debug, Clone)]
+#[component(record)]
+pub(crate) struct NatsMessage {
+    subject: String,
+    reply: Option<String>,
+    headers: Vec<(String, String)>,
+    payload: Vec<u8>,
+}
+
+/// `inbound-nats.error`.
+#[derive(ComponentType, Lift, Debug, Clone)]
+#[component(variant)]
+pub(crate) enum NatsError {
+    #[component(name = "other")]
+    Other(String),
+}
+
+/// Checks a subject as NATS parses it: dot-separated non-empty tokens without spaces, `>`
+/// only as the last token.
+fn check_subject(subject: &str) -> anyhow::Result<()> {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    let bad = tokens.iter().enumerate().find_map(|(i, t)| {
+        if t.is_empty() {
+            Some("it has an empty token (`..`, or a leading or trailing `.`)")
+        } else if t.chars().any(char::is_whitespace) {
+            Some("it contains whitespace")
+        } else if t.contains('>') && (*t != ">" || i + 1 != tokens.len()) {
+            Some("`>` may only be the whole last token")
+        } else if t.contains('*') && *t != "*" {
+            Some("`*` must be a whole token")
+        } else {
+            None
+        }
+    });
+    match bad {
+        Some(why) => bail!(
+            "key `subject` = `{subject}` is not a NATS subject such as `orders.*` or \
+             `orders.>`: {why}"
+        ),
+        None => Ok(()),
+    }
+}
+
+/// Checks a `[[trigger.nats]]` entry's settings that need no variables.
+pub(crate) fn check(config: &NatsTriggerConfig) -> anyhow::Result<()> {
+    if !config.subject.contains("{{") {
+        check_subject(&config.subject)?;
+    }
+    if let Some(q) = &config.queue_group {
+        if q.is_empty() || q.chars().any(char::is_whitespace) {
+            bail!("key `queue_group` = `{q}`: a queue group is one word without spaces");
+        }
+    }
+    if let Some(js) = &config.jetstream {
+        if js.stream.trim().is_empty() {
+            bail!("key `jetstream.stream` is empty: name the stream that holds the subject");
+        }
+        if js.consumer.is_some() && js.durable.is_some() {
+            bail!(
+                "keys `jetstream.consumer` and `jetstream.durable` exclude each other: \
+                 `consumer` names an existing consumer, `durable` one to create"
+            );
+        }
+        if config.queue_group.is_some() {
+            bail!(
+                "key `queue_group` applies to core NATS subscriptions only: JetStream \
+                 consumers share their messages already; remove one of the keys"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `address` with any password left out, for logs.
+fn redact(address: &str) -> String {
+    match url::Url::parse(address) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => address.to_string(),
+    }
+}
+
+/// Checks a server address: `nats://` or `tls://` with a host.
+fn check_address(address: &str) -> anyhow::Result<()> {
+    let bad = |why: String| {
+        anyhow!(
+            "NATS address `{}` is not a URL such as nats://nats:4222 or tls://nats:4222: {why}",
+            redact(address)
+        )
+    };
+    let url = url::Url::parse(address).map_err(|e| bad(e.to_string()))?;
+    if !matches!(url.scheme(), "nats" | "tls") {
+        return Err(bad(format!("scheme `{}`", url.scheme())));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("it has no host".into()));
+    }
+    Ok(())
+}
+
+/// One `[[trigger.nats]]` entry, ready to connect.
+pub(crate) struct Listener {
+    trigger: String,
+    address: String,
+    subject: String,
+    queue_group: Option<String>,
+    jetstream: Option<spin_app_format::trigger::NatsJetStream>,
+    handler: Handler,
+}
+
+/// Resolves the app's NATS triggers; fails naming the trigger and the key.
+pub(crate) fn prepare(
+    app: &LoadedApp,
+    vars: &BTreeMap<String, Resolved>,
+) -> anyhow::Result<Vec<Listener>> {
+    let events = &app.app.event_triggers;
+    events
+        .nats
+        .iter()
+        .map(|t| {
+            let what = format!("nats trigger `{}` ([[trigger.nats]])", t.id);
+            check(&t.config).map_err(|e| anyhow!("{what}: {e}"))?;
+            let template = t
+                .config
+                .address
+                .as_deref()
+                .unwrap_or(&events.nats_settings.address);
+            let address = expand(template, vars, &format!("{what}: address"))?;
+            check_address(&address).map_err(|e| anyhow!("{what}: {e}"))?;
+            let subject = expand(&t.config.subject, vars, &format!("{what}: subject"))?;
+            check_subject(&subject).map_err(|e| anyhow!("{what}: {e}"))?;
+            let handler = find_handler(
+                app,
+                &what,
+                &t.config.component,
+                Some(INBOUND_NATS),
+                "handle-message",
+                "a NATS component exports the interface of this runtime's \
+                 wit/triggers/nats.wit (world `spin-nats`)",
+            )?;
+            Ok(Listener {
+                trigger: t.id.clone(),
+                address,
+                subject,
+                queue_group: t.config.queue_group.clone(),
+                jetstream: t.config.jetstream.clone(),
+                handler,
+            })
+        })
+        .collect()
+}
+
+/// The triggers' backoff for reconnection attempt `n` (1-based): 200 ms doubling to 5 s.
+fn reconnect_delay(attempt: usize) -> Duration {
+    let mut backoff = Duration::from_millis(200);
+    for _ in 1..attempt.min(16) {
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    backoff
+}
+
+impl Listener {
+    /// Connects (retrying in the background until the server answers), then handles
+    /// messages until the app stops.
+    pub(crate) async fn run(self, app: Arc<LoadedApp>, mut stop: Stop) {
+        let shown = redact(&self.address);
+        let (trigger, server) = (self.trigger.clone(), shown.clone());
+        let mut options = async_nats::ConnectOptions::new()
+            .name(format!("spin-{}", self.trigger))
+            .connection_timeout(CONNECT_TIMEOUT)
+            .retry_on_initial_connect()
+            .reconnect_delay_callback(move |attempt| {
+                let delay = reconnect_delay(attempt);
+                if attempt > 0 {
+                    tracing::error!(
+                        trigger = %trigger,
+                        server = %server,
+                        "nats trigger cannot connect (attempt {attempt}); retrying in {delay:?}"
+                    );
+                }
+                delay
+            });
+        let (trigger, server) = (self.trigger.clone(), shown.clone());
+        options = options.event_callback(move |event| {
+            let (trigger, server) = (trigger.clone(), server.clone());
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!(trigger = %trigger, server = %server, "nats trigger connected")
+                    }
+                    async_nats::Event::Disconnected => tracing::warn!(
+                        trigger = %trigger,
+                        server = %server,
+                        "nats trigger lost its connection; reconnecting"
+                    ),
+                    other => tracing::warn!(trigger = %trigger, server = %server, "nats: {other}"),
+                }
+            }
+        });
+        if self.address.starts_with("tls://") {
+            options = options
+                .require_tls(true)
+                .tls_client_config((*crate::host::tls::trust_store().data.config).clone());
+        }
+        let client = match options.connect(self.address.as_str()).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(trigger = %self.trigger, server = %shown, "nats trigger cannot start its client: {e}");
+                return;
+            }
+        };
+        let mut backoff = Backoff::new();
+        while !stop.is_set() {
+            let ended = match &self.jetstream {
+                None => self.core(&app, &client, &mut stop).await,
+                Some(js) => self.pull(&app, &client, js, &mut stop).await,
+            };
+            match ended {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::error!(
+                        trigger = %self.trigger,
+                        server = %shown,
+                        subject = %self.subject,
+                        "nats trigger cannot consume: {e:#}; retrying in {:?}",
+                        backoff.next()
+                    );
+                    if !backoff.wait(&mut stop).await {
+                        break;
+                    }
+                }
+            }
+        }
+        // Flushes and closes the connection (bounded by the app's drain).
+        if let Err(e) = client.drain().await {
+            tracing::debug!(trigger = %self.trigger, "nats drain: {e}");
+        }
+    }
+
+    /// Core NATS: subscribes (async-nats renews the subscription after a reconnection) and
+    /// handles messages until the app stops; an error when the subscription ends.
+    async fn core(
+        &self,
+        app: &LoadedApp,
+        client: &async_nats::Client,
+        stop: &mut Stop,
+    ) -> anyhow::Result<()> {
+        let subject = self.subject.clone();
+        let mut subscriber = match &self.queue_group {
+            Some(group) => client.queue_subscribe(subject, group.clone()).await,
+            None => client.subscribe(subject).await,
+        }
+        .context("subscribe")?;
+        tracing::info!(
+            trigger = %self.trigger,
+            subject = %self.subject,
+            queue_group = ?self.queue_group,
+            "nats trigger subscribed"
+        );
+        loop {
+            tokio::select! {
+                m = subscriber.next() => match m {
+                    Some(m) => {
+                        let _ = self.handle(app, &m).await;
+                    }
+                    None => bail!("the subscription ended"),
+                },
+                _ = stop.wait() => {
+                    let _ = subscriber.unsubscribe().await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// JetStream: pulls from the consumer and acknowledges (or NAKs) each message; an error
+    /// when the consumer cannot be reached or its message stream fails.
+    async fn pull(
+        &self,
+        app: &LoadedApp,
+        client: &async_nats::Client,
+        js: &spin_app_format::trigger::NatsJetStream,
+        stop: &mut Stop,
+    ) -> anyhow::Result<()> {
+        use jetstream::consumer::{pull, AckPolicy, PullConsumer};
+        let context = jetstream::new(client.clone());
+        let stream = context
+            .get_stream(&js.stream)
+            .await
+            .with_context(|| format!("JetStream stream `{}`", js.stream))?;
+        let config = pull::Config {
+            durable_name: js.durable.clone(),
+            filter_subject: self.subject.clone(),
+            ack_policy: AckPolicy::Explicit,
+            ..Default::default()
+        };
+        let consumer: PullConsumer = match (&js.consumer, &js.durable) {
+            (Some(name), _) => stream
+                .get_consumer::<pull::Config>(name)
+                .await
+                .map_err(|e| {
+                    anyhow!("JetStream consumer `{name}` of stream `{}`: {e}", js.stream)
+                })?,
+            (None, Some(name)) => stream
+                .get_or_create_consumer(name, config)
+                .await
+                .with_context(|| format!("durable consumer `{name}` of stream `{}`", js.stream))?,
+            (None, None) => stream
+                .create_consumer(config)
+                .await
+                .with_context(|| format!("a consumer of stream `{}`", js.stream))?,
+        };
+        let mut messages = consumer.messages().await.context("pull messages")?;
+        tracing::info!(
+            trigger = %self.trigger,
+            stream = %js.stream,
+            subject = %self.subject,
+            "nats trigger subscribed (JetStream pull consumer)"
+        );
+        loop {
+            tokio::select! {
+                m = messages.next() => match m {
+                    Some(Ok(m)) => {
+                        let acked = if self.handle(app, &m).await {
+                            m.ack().await
+                        } else {
+                            // Redelivered after the triggers' backoff for its delivery count.
+                            let delivered = m.info().map(|i| i.delivered).unwrap_or(1);
+                            let delay = reconnect_delay(usize::try_from(delivered).unwrap_or(1));
+                            m.ack_with(jetstream::AckKind::Nak(Some(delay))).await
+                        };
+                        if let Err(e) = acked {
+                            tracing::warn!(trigger = %self.trigger, "nats: cannot acknowledge the message: {e}");
+                        }
+                    }
+                    Some(Err(e)) => bail!("the consumer's message stream failed: {e}"),
+                    None => bail!("the consumer's message stream ended"),
+                },
+                _ = stop.wait() => return Ok(()),
+            }
+        }
+    }
+
+    /// Passes one message to the component; true when it handled it.
+    async fn handle(&self, app: &LoadedApp, m: &async_nats::Message) -> bool {
+        let headers = m
+            .headers
+            .iter()
+            .flat_map(|h| h.iter())
+            .flat_map(|(name, values)| {
+                values
+                    .iter()
+                    .map(move |v| (name.to_string(), v.as_str().to_string()))
+            })
+            .collect();
+        let message = NatsMessage {
+            subject: m.subject.to_string(),
+            reply: m.reply.as_ref().map(|r| r.to_string()),
+            headers,
+            payload: m.payload.to_vec(),
+        };
+        let component = &self.handler.component.id;
+        match call::<_, (Result<(), NatsError>,)>(app, &self.handler, "nats", (message,)).await {
+            Ok((Ok(()),)) => {
+                tracing::debug!(trigger = %self.trigger, component = %component, "message handled");
+                true
+            }
+            Ok((Err(NatsError::Other(e)),)) => {
+                tracing::error!(
+                    trigger = %self.trigger,
+                    component = %component,
+                    subject = %m.subject,
+                    "nats handler returned an error: {e}"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::error!(
+                    trigger = %self.trigger,
+                    component = %component,
+                    subject = %m.subject,
+                    "nats handler failed: {e:#}"
+                );
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spin_app_format::trigger::NatsJetStream;
+
+    fn config(subject: &str) -> NatsTriggerConfig {
+        NatsTriggerConfig {
+            component: "c".into(),
+            subject: subject.into(),
+            queue_group: None,
+            address: None,
+            jetstream: None,
+        }
+    }
+
+    #[test]
+    fn settings_are_checked_naming_the_key() {
+        for ok in ["orders", "orders.*", "orders.>", "a.*.c", "{{ s }}"] {
+            check(&config(ok)).unwrap();
+        }
+        for bad in ["", "a..b", "a.>.c", "a b", "or*ders", ".a"] {
+            let e = check(&config(bad)).unwrap_err().to_string();
+            assert!(e.contains("key `subject`"), "{bad}: {e}");
+        }
+        let mut c = config("orders.>");
+        c.jetstream = Some(NatsJetStream {
+            stream: "ORDERS".into(),
+            consumer: Some("a".into()),
+            durable: Some("b".into()),
+        });
+        assert!(check(&c).unwrap_err().to_string().contains("exclude"));
+        c.queue_group = Some("has space".into());
+        assert!(check(&c).unwrap_err().to_string().contains("queue_group"));
+        assert!(check_address("nats://127.0.0.1:4222").is_ok());
+        assert!(check_address("tls://u:p@nats:4222").is_ok());
+        let e = check_address("redis://u:secret@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nats://") && !e.contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn reconnect_delay_is_the_triggers_backoff() {
+        assert_eq!(reconnect_delay(1), Duration::from_millis(200));
+        assert_eq!(reconnect_delay(2), Duration::from_millis(400));
+        assert_eq!(reconnect_delay(40), Duration::from_secs(5));
+    }
+}

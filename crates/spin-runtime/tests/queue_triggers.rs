@@ -1,0 +1,719 @@
+//! The SQS and NATS triggers through `spin-serve`, against real servers started here on
+//! loopback ports and stopped by pid: moto's server (`scripts/install-moto.sh`, SQS's JSON
+//! protocol, driven from the test by boto3 from moto's venv), `nats-server` from Debian trixie
+//! (`scripts/install-nats.sh`, with JetStream) and redis-server (the guest apps
+//! `spin-sqs-trigger` and `spin-nats-trigger` record each message by RPUSH to a Redis list).
+//! Each app also has an HTTP route so that `common::Server` sees it listening.
+
+mod common;
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{app_from_manifest, free_port, start_failure, Server};
+
+/// A server process on a loopback port with its own temp dir; stopped by pid on drop.
+struct Proc {
+    name: &'static str,
+    port: u16,
+    argv: Vec<String>,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Proc {
+    /// Starts `argv` (with `{port}` and `{dir}` filled in) and waits (bounded) until the
+    /// port accepts connections.
+    fn start(name: &'static str, argv: &[&str]) -> Proc {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| {
+                a.replace("{port}", &port.to_string())
+                    .replace("{dir}", &dir.path().display().to_string())
+            })
+            .collect();
+        let child = Self::spawn(name, &argv, dir.path());
+        let mut p = Proc {
+            name,
+            port,
+            argv,
+            child,
+            dir,
+        };
+        p.wait_ready();
+        p
+    }
+
+    fn spawn(name: &str, argv: &[String], dir: &Path) -> Child {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("server.log"))
+            .unwrap();
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", argv[0]))
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_err() {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("{} exited ({status}); log:\n{}", self.name, self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen on {}; log:\n{}",
+                self.name,
+                self.addr(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the process by its pid (SIGKILL after 15 s).
+    fn stop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .arg(self.child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Stops and starts the server again on the same port and dir.
+    fn restart(&mut self) {
+        self.stop();
+        self.child = Self::spawn(self.name, &self.argv, self.dir.path());
+        self.wait_ready();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs an install script of `scripts/` and returns the path it prints.
+fn installed(script: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(common::workspace_root().join("scripts").join(script))
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scripts/{script} failed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn redis() -> Proc {
+    Proc::start(
+        "redis-server",
+        &[
+            "redis-server",
+            "--port",
+            "{port}",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "{dir}",
+        ],
+    )
+}
+
+fn redis_list(server: &Proc, key: &str) -> Vec<String> {
+    let mut conn = redis::Client::open(format!("redis://{}", server.addr()))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap();
+    redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap()
+}
+
+/// Waits (bounded, 60 s) until `cond` holds for the list `key`; returns its last reading.
+fn wait_list(server: &Proc, key: &str, cond: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = redis_list(server, key);
+        if cond(&l) || Instant::now() > deadline {
+            return l;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits (bounded, 60 s) until the server's log has `needle` `count` times.
+fn wait_log(server: &Server, needle: &str, count: usize) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if server.stderr.lock().unwrap().matches(needle).count() >= count {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+const HTTP_ROUTE: &str = "[[trigger.http]]\nroute = \"/hello\"\ncomponent = \"hello\"\n\
+     [component.hello]\nsource = \"{WASM_DIR}/spin_hello.wasm\"\n";
+
+// ---------------------------------------------------------------------------------------
+// SQS
+
+/// moto's server and boto3 (from moto's venv) to drive it.
+struct Moto {
+    proc: Proc,
+    python: PathBuf,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        let server = installed("install-moto.sh");
+        let python = server.parent().unwrap().join("python3");
+        let proc = Proc::start(
+            "moto_server",
+            &[server.to_str().unwrap(), "-H", "127.0.0.1", "-p", "{port}"],
+        );
+        Moto { proc, python }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://{}", self.proc.addr())
+    }
+
+    /// Runs `code` with `sqs` a boto3 SQS client of this server; returns its stdout.
+    fn boto(&self, code: &str) -> String {
+        let script = format!(
+            "import boto3, json\nsqs = boto3.client('sqs', endpoint_url='{}', \
+             region_name='us-east-1', aws_access_key_id='testing', \
+             aws_secret_access_key='testing')\n{code}\n",
+            self.endpoint()
+        );
+        let out = Command::new(&self.python)
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "boto3: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    fn create_queue(&self, name: &str, visibility: u32) -> String {
+        self.boto(&format!(
+            "print(sqs.create_queue(QueueName='{name}', \
+             Attributes={{'VisibilityTimeout': '{visibility}'}})['QueueUrl'])"
+        ))
+    }
+
+    fn send(&self, queue: &str, bodies: &[&str]) {
+        let bodies = serde_json::to_string(bodies).unwrap();
+        self.boto(&format!(
+            "for b in json.loads('{bodies}'):\n    sqs.send_message(QueueUrl='{queue}', \
+             MessageBody=b, MessageAttributes={{'colour': {{'DataType': 'String', \
+             'StringValue': 'blue'}}, 'blob': {{'DataType': 'Binary', 'BinaryValue': b'abc'}}}})"
+        ));
+    }
+
+    /// Visible plus in-flight messages of the queue.
+    fn remaining(&self, queue: &str) -> u64 {
+        let out = self.boto(&format!(
+            "a = sqs.get_queue_attributes(QueueUrl='{queue}', AttributeNames=['All'])['Attributes']\n\
+             print(int(a['ApproximateNumberOfMessages']) + int(a['ApproximateNumberOfMessagesNotVisible']))"
+        ));
+        out.parse().unwrap()
+    }
+
+    fn env(&self, record: &Proc) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY", "testing".into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("RECORD_ADDRESS", format!("redis://{}", record.addr())),
+        ]
+    }
+}
+
+/// The spin-sqs-trigger app (as in tests/apps) polling `queue`, plus the HTTP route;
+/// `extra` is added to the `[[trigger.sqs]]` entry.
+fn sqs_app(queue: &str, max_messages: u32, extra: &str) -> tempfile::TempDir {
+    app_from_manifest(&format!(
+        "spin_manifest_version = 2\n[application]\nname = \"sqs-test\"\n\
+         [variables]\nrecord_address = {{ required = true }}\n\
+         [[trigger.sqs]]\ncomponent = \"recorder\"\nqueue_url = \"{queue}\"\n\
+         max_messages = {max_messages}\nidle_wait_seconds = 1\n\
+         system_attributes = [\"ApproximateReceiveCount\"]\nmessage_attributes = [\"All\"]\n{extra}\
+         [component.recorder]\nsource = \"{{WASM_DIR}}/spin_sqs_trigger.wasm\"\n\
+         allowed_outbound_hosts = [\"redis://*:*\"]\n\
+         [component.recorder.variables]\nrecord_address = \"{{{{ record_address }}}}\"\n\
+         record_key = \"sqs-seen\"\n{HTTP_ROUTE}"
+    ))
+}
+
+#[test]
+fn sqs_messages_reach_the_guest_and_are_deleted_only_when_it_says_so() {
+    let record = redis();
+    let moto = Moto::start();
+    let queue = moto.create_queue("orders", 2);
+    let app = sqs_app(&queue, 5, "");
+    let env = moto.env(&record);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut server = Server::start(app.path(), &env);
+    assert!(
+        wait_log(&server, "sqs trigger polling", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+
+    let bodies: Vec<String> = (0..12).map(|i| format!("order-{i}")).collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    moto.send(&queue, &refs);
+    let seen = wait_list(&record, "sqs-seen", |l| l.len() >= 12);
+    for b in &bodies {
+        let line = seen
+            .iter()
+            .find(|l| l.starts_with(&format!("{b} ")))
+            .unwrap_or_else(|| panic!("{b} not handled: {seen:?}"));
+        // System attribute asked for, message attributes (string and binary) as sent.
+        assert!(
+            line.contains("ApproximateReceiveCount=1")
+                && line.contains("colour=blue")
+                && line.contains("blob=bytes:3"),
+            "{line}"
+        );
+    }
+    // Deleted after `delete`: the queue empties.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while moto.remaining(&queue) != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        moto.remaining(&queue),
+        0,
+        "handled messages were not deleted"
+    );
+
+    // An error and `leave` keep the message: it comes back after the visibility timeout.
+    moto.send(&queue, &["fail", "leave"]);
+    let seen = wait_list(&record, "sqs-seen", |l| {
+        l.iter()
+            .any(|x| x.starts_with("fail ") && x.contains("ReceiveCount=2"))
+            && l.iter()
+                .any(|x| x.starts_with("leave ") && x.contains("ReceiveCount=2"))
+    });
+    assert!(
+        seen.iter()
+            .any(|x| x.starts_with("fail ") && x.contains("ReceiveCount=2")),
+        "a failed message was not delivered again: {seen:?}"
+    );
+    assert!(wait_log(
+        &server,
+        "sqs handler returned an error: asked to fail",
+        1
+    ));
+    assert!(wait_log(
+        &server,
+        "sqs handler left the message on the queue",
+        1
+    ));
+    assert_eq!(moto.remaining(&queue), 2);
+
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+#[test]
+fn sqs_keeps_polling_through_a_server_outage() {
+    let record = redis();
+    let mut moto = Moto::start();
+    let queue = moto.create_queue("jobs", 30);
+    let app = sqs_app(&queue, 5, "");
+    let env = moto.env(&record);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start(app.path(), &env);
+    assert!(wait_log(&server, "sqs trigger polling", 1));
+    moto.send(&queue, &["before"]);
+    wait_list(&record, "sqs-seen", |l| !l.is_empty());
+
+    // moto keeps its queues in memory: after the restart the queue is made again.
+    moto.proc.restart();
+    assert!(
+        wait_log(&server, "sqs trigger cannot receive messages", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    let again = moto.create_queue("jobs", 30);
+    assert_eq!(again, queue);
+    moto.send(&queue, &["after"]);
+    let seen = wait_list(&record, "sqs-seen", |l| {
+        l.iter().any(|x| x.starts_with("after "))
+    });
+    assert!(seen.iter().any(|x| x.starts_with("after ")), "{seen:?}");
+}
+
+#[test]
+fn sqs_settings_and_credentials_fail_the_start_naming_them() {
+    let record = redis();
+    let creds: &[(&str, &str)] = &[("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")];
+    let cases: [(&str, u32, &str, &[(&str, &str)], &[&str]); 5] = [
+        (
+            "https://sqs.example",
+            5,
+            "",
+            creds,
+            &["[[trigger.sqs]]", "queue_url", "https://sqs.example"],
+        ),
+        (
+            "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+            5,
+            "",
+            &[],
+            &[
+                "[[trigger.sqs]]",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY",
+            ],
+        ),
+        (
+            "http://127.0.0.1:1/123456789012/q",
+            5,
+            "",
+            creds,
+            &["[[trigger.sqs]]", "AWS_REGION"],
+        ),
+        (
+            "http://127.0.0.1:1/123456789012/q",
+            11,
+            "",
+            creds,
+            &["[[trigger.sqs]]", "max_messages", "1 to 10"],
+        ),
+        (
+            "http://127.0.0.1:1/123456789012/q",
+            5,
+            "visibility = 3\n",
+            creds,
+            &["[[trigger.sqs]]", "unknown field `visibility`"],
+        ),
+    ];
+    for (queue, max, extra, env, needles) in cases {
+        let app = sqs_app(queue, max, extra);
+        let mut env = env.to_vec();
+        let addr = format!("redis://{}", record.addr());
+        env.push(("RECORD_ADDRESS", addr.as_str()));
+        let err = start_failure(app.path(), &env);
+        for n in needles {
+            assert!(err.contains(n), "{queue}: expected `{n}` in:\n{err}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// NATS
+
+fn nats_server() -> Proc {
+    let bin = installed("install-nats.sh");
+    Proc::start(
+        "nats-server",
+        &[
+            bin.to_str().unwrap(),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "{port}",
+            "-js",
+            "-sd",
+            "{dir}/js",
+        ],
+    )
+}
+
+/// A NATS client of the test (async-nats on its own runtime).
+struct NatsClient {
+    rt: tokio::runtime::Runtime,
+    client: async_nats::Client,
+}
+
+impl NatsClient {
+    fn connect(server: &Proc) -> NatsClient {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = format!("nats://{}", server.addr());
+        let client = rt.block_on(async_nats::connect(url.as_str())).unwrap();
+        NatsClient { rt, client }
+    }
+
+    fn publish(&self, subject: &str, payloads: &[String]) {
+        self.rt.block_on(async {
+            for p in payloads {
+                self.client
+                    .publish(subject.to_string(), p.clone().into())
+                    .await
+                    .unwrap();
+            }
+            self.client.flush().await.unwrap();
+        });
+    }
+}
+
+fn nats_app(trigger: &str) -> tempfile::TempDir {
+    app_from_manifest(&format!(
+        "spin_manifest_version = 2\n[application]\nname = \"nats-test\"\n\
+         [variables]\nnats_address = {{ required = true }}\nrecord_address = {{ required = true }}\n\
+         [application.trigger.nats]\naddress = \"{{{{ nats_address }}}}\"\n\
+         [[trigger.nats]]\ncomponent = \"recorder\"\n{trigger}\n\
+         [component.recorder]\nsource = \"{{WASM_DIR}}/spin_nats_trigger.wasm\"\n\
+         allowed_outbound_hosts = [\"redis://*:*\"]\n\
+         [component.recorder.variables]\nrecord_address = \"{{{{ record_address }}}}\"\n\
+         record_key = \"nats-seen\"\n{HTTP_ROUTE}"
+    ))
+}
+
+fn nats_env(nats: &Proc, record: &Proc) -> Vec<(String, String)> {
+    vec![
+        ("NATS_ADDRESS".into(), format!("nats://{}", nats.addr())),
+        (
+            "RECORD_ADDRESS".into(),
+            format!("redis://{}", record.addr()),
+        ),
+    ]
+}
+
+fn start_app(app: &Path, env: &[(String, String)]) -> Server {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Server::start(app, &env)
+}
+
+#[test]
+fn nats_messages_reach_the_guest_and_survive_a_server_restart() {
+    let record = redis();
+    let mut nats = nats_server();
+    let app = nats_app("subject = \"orders.>\"\nqueue_group = \"workers\"");
+    let server = start_app(app.path(), &nats_env(&nats, &record));
+    assert!(
+        wait_log(&server, "nats trigger subscribed", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    assert!(wait_log(&server, "nats trigger connected", 1));
+    let publisher = NatsClient::connect(&nats);
+    let first: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
+    publisher.publish("orders.new", &first);
+    publisher.publish("orders.eu.paid", &["fail".to_string()]);
+    publisher.publish("other.subject", &["ignored".to_string()]);
+    publisher.rt.block_on(async {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("trace", "t1");
+        publisher
+            .client
+            .publish_with_headers("orders.h", headers, "with-header".into())
+            .await
+            .unwrap();
+        publisher.client.flush().await.unwrap();
+    });
+    let mut want: Vec<String> = first.iter().map(|m| format!("orders.new {m}")).collect();
+    want.push("orders.h with-header h:trace=t1".into());
+    let seen = wait_list(&record, "nats-seen", |l| l.len() >= want.len());
+    assert_eq!(
+        seen, want,
+        "in order, once each, only the subscribed subjects"
+    );
+    assert!(wait_log(
+        &server,
+        "nats handler returned an error: asked to fail",
+        1
+    ));
+    drop(publisher);
+
+    // The server goes away and comes back on the same port: the trigger reconnects and
+    // subscribes again; core NATS does not keep messages, so probe until one arrives.
+    nats.restart();
+    assert!(
+        wait_log(&server, "nats trigger lost its connection", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    assert!(wait_log(&server, "nats trigger connected", 2));
+    let publisher = NatsClient::connect(&nats);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    while !redis_list(&record, "nats-seen")
+        .iter()
+        .any(|l| l.starts_with("orders.probe "))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no message reached the guest after the restart"
+        );
+        publisher.publish("orders.probe", &[format!("p{n}")]);
+        n += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    publisher.publish("orders.new", &second);
+    let seen = wait_list(&record, "nats-seen", |l| {
+        l.iter().filter(|x| x.starts_with("orders.new b")).count() == 10
+    });
+    let got: Vec<&String> = seen
+        .iter()
+        .filter(|x| x.starts_with("orders.new b"))
+        .collect();
+    assert_eq!(got.len(), 10, "{seen:?}");
+
+    let mut server = server;
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+#[test]
+fn nats_jetstream_durable_consumer_gets_what_was_published_while_it_was_down() {
+    let record = redis();
+    let nats = nats_server();
+    let publisher = NatsClient::connect(&nats);
+    publisher.rt.block_on(async {
+        let js = async_nats::jetstream::new(publisher.client.clone());
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "JOBS".into(),
+            subjects: vec!["jobs.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    // Published before the app runs: the stream keeps them for the consumer.
+    let early: Vec<String> = (0..3).map(|i| format!("early{i}")).collect();
+    let js_publish = |subject: &str, payloads: &[String]| {
+        publisher.rt.block_on(async {
+            let js = async_nats::jetstream::new(publisher.client.clone());
+            for p in payloads {
+                js.publish(subject.to_string(), p.clone().into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    js_publish("jobs.build", &early);
+    let app = nats_app(
+        "subject = \"jobs.>\"\njetstream = { stream = \"JOBS\", durable = \"spin-jobs\" }",
+    );
+    let mut server = start_app(app.path(), &nats_env(&nats, &record));
+    assert!(
+        wait_log(&server, "JetStream pull consumer", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    js_publish("jobs.test", &["late".to_string(), "fail".to_string()]);
+    let mut want: Vec<String> = early.iter().map(|m| format!("jobs.build {m}")).collect();
+    want.push("jobs.test late".into());
+    let seen = wait_list(&record, "nats-seen", |l| l.len() >= want.len());
+    assert_eq!(seen, want);
+    // `fail` is NAKed and delivered again.
+    assert!(wait_log(
+        &server,
+        "nats handler returned an error: asked to fail",
+        2
+    ));
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+
+    // The durable consumer acknowledged everything before `fail` (stream sequence 5).
+    let (floor, pending) = publisher.rt.block_on(async {
+        let js = async_nats::jetstream::new(publisher.client.clone());
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+            .get_stream("JOBS")
+            .await
+            .unwrap()
+            .get_consumer("spin-jobs")
+            .await
+            .unwrap();
+        let info = consumer.info().await.unwrap();
+        (info.ack_floor.stream_sequence, info.num_pending)
+    });
+    assert_eq!((floor, pending), (4, 0), "(ack floor, not delivered)");
+}
+
+#[test]
+fn nats_settings_fail_the_start_naming_them() {
+    let cases = [
+        ("subject = \"orders..new\"", "key `subject`"),
+        ("queue_group = \"w\"", "subject"),
+        (
+            "subject = \"a\"\njetstream = { stream = \"S\", consumer = \"c\", durable = \"d\" }",
+            "exclude each other",
+        ),
+    ];
+    for (trigger, needle) in cases {
+        let app = nats_app(trigger);
+        let err = start_failure(
+            app.path(),
+            &[
+                ("NATS_ADDRESS", "nats://127.0.0.1:1"),
+                ("RECORD_ADDRESS", "redis://127.0.0.1:1"),
+            ],
+        );
+        assert!(
+            err.contains(needle) && err.contains("[[trigger.nats]]"),
+            "{trigger}: expected `{needle}` in:\n{err}"
+        );
+    }
+    let app = nats_app("subject = \"a\"");
+    let err = start_failure(
+        app.path(),
+        &[
+            ("NATS_ADDRESS", "redis://127.0.0.1:1"),
+            ("RECORD_ADDRESS", "redis://127.0.0.1:1"),
+        ],
+    );
+    assert!(
+        err.contains("nats://") && err.contains("redis://127.0.0.1:1"),
+        "{err}"
+    );
+    // spin-hello is an HTTP component: the NATS trigger names the export it lacks.
+    let manifest = format!(
+        "spin_manifest_version = 2\n[application]\nname = \"n\"\n\
+         [application.trigger.nats]\naddress = \"nats://127.0.0.1:1\"\n\
+         [[trigger.nats]]\nsubject = \"a\"\ncomponent = \"hello\"\n{HTTP_ROUTE}"
+    );
+    let err = start_failure(app_from_manifest(&manifest).path(), &[]);
+    assert!(
+        err.contains("spin:nats-trigger/inbound-nats@0.1.0"),
+        "{err}"
+    );
+}
