@@ -101,28 +101,15 @@ impl WasiHttpHooks for HostState {
             }
             v => v,
         };
-        if let Some(config) = host::client_tls_for(self, request.uri()) {
-            return Box::new(
-                async move {
-                    verdict?;
-                    let r = host::tls::send(request, options, config).await;
-                    record_outbound(&r);
-                    r
-                }
-                .instrument(span),
-            );
-        }
+        let tls = host::client_tls_for(self, request.uri());
+        let policy = self.network_policy().clone();
+        let component = self.component_id().to_string();
         Box::new(
             async move {
-                use http_body_util::BodyExt;
                 verdict?;
-                let r = wasmtime_wasi_http::default_send_request(request, options).await;
+                let r = host::outbound::send_http(&policy, &component, request, options, tls).await;
                 record_outbound(&r);
-                let (res, io) = r?;
-                Ok((
-                    res.map(BodyExt::boxed_unsync),
-                    Box::new(io) as Box<dyn Future<Output = _> + Send>,
-                ))
+                r
             }
             .instrument(span),
         )

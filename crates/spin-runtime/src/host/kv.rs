@@ -56,6 +56,8 @@ pub struct RuntimeConfig {
     pub variables_providers: Vec<super::variables::Provider>,
     /// `[[client_tls]]` entries (see [`super::tls`]).
     pub client_tls: Vec<super::tls::ClientTls>,
+    /// `[outbound_networking]` and `[outbound_*]` limits (see [`super::network_policy`]).
+    pub network_policy: super::network_policy::PolicyConfig,
 }
 
 impl RuntimeConfig {
@@ -89,6 +91,15 @@ impl RuntimeConfig {
                 }
                 "client_tls" => {
                     config.client_tls = super::tls::parse_runtime_config(value, base_dir, origin)?;
+                    continue;
+                }
+                s if super::network_policy::SECTIONS.contains(&s) => {
+                    super::network_policy::parse_section(
+                        &mut config.network_policy,
+                        s,
+                        value,
+                        origin,
+                    )?;
                     continue;
                 }
                 "variables_provider" | "config_provider" => {

@@ -131,6 +131,7 @@ pub mod kv;
 pub mod llm;
 pub mod mqtt;
 pub mod mysql;
+pub mod network_policy;
 pub mod outbound;
 pub mod pg;
 pub mod redis;
@@ -219,6 +220,8 @@ pub struct ComponentHost {
     llm: llm::LlmCompute,
     /// The runtime config's `[[client_tls]]` entries naming this component.
     tls: Vec<tls::ClientTls>,
+    /// The app's outbound limits (`[outbound_networking]`, `[outbound_*]`).
+    network: Arc<network_policy::NetworkPolicy>,
 }
 
 impl fmt::Debug for ComponentHost {
@@ -296,6 +299,7 @@ impl Default for HostState {
                 ai_models: BTreeSet::new(),
                 llm: llm::LlmCompute::None,
                 tls: Vec::new(),
+                network: Default::default(),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
@@ -374,6 +378,10 @@ impl HostState {
                     .filter(|t| t.components.iter().any(|c| c == &component.id))
                     .cloned()
                     .collect(),
+                network: network_policy::NetworkPolicy::for_app(
+                    &ctx.app_dir,
+                    &runtime.network_policy,
+                ),
             }),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
@@ -454,6 +462,11 @@ impl HostState {
     /// The component id this state belongs to.
     pub fn component_id(&self) -> &str {
         &self.component.id
+    }
+
+    /// The app's outbound limits.
+    pub fn network_policy(&self) -> &Arc<network_policy::NetworkPolicy> {
+        &self.component.network
     }
 }
 

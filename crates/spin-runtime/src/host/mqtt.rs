@@ -24,25 +24,71 @@ const CHANNEL_CAPACITY: usize = 1000;
 pub struct MqttConnection {
     client: AsyncClient,
     event_loop: std::sync::Arc<Mutex<EventLoop>>,
+    /// The app's connection-cap permits, held while the connection is open.
+    permit: std::sync::Arc<super::network_policy::Permit>,
+    /// `[outbound_mqtt] max_payload_size_bytes`.
+    max_payload: Option<usize>,
+}
+
+/// A connection that passed the allow-list, before the network policy's checks.
+struct Prepared {
+    url: url::Url,
+    username: String,
+    password: String,
+    keep_alive: Duration,
+    policy: std::sync::Arc<super::network_policy::NetworkPolicy>,
+    component: String,
+}
+
+impl Prepared {
+    /// Resolves the broker once through the app's network policy (blocked addresses
+    /// dropped; all blocked: `connection-failed` naming the address and network), takes a
+    /// connection-cap permit and makes the client. Plain `mqtt://` connects to the checked
+    /// address itself; over TLS rumqttc is given the host name (it verifies the certificate
+    /// against it) and resolves it again when it connects.
+    async fn connect(self, tls: Option<rumqttc::Transport>) -> Result<MqttConnection, Error> {
+        use super::network_policy::Kind;
+        let mut url = self.url;
+        let host = url.host_str().unwrap_or_default().to_string();
+        let port = url.port_or_known_default().unwrap_or(1883);
+        let addrs = self
+            .policy
+            .resolve(&self.component, Kind::Mqtt, &host, port)
+            .await
+            .map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+        if tls.is_none() {
+            if let Some(addr) = addrs.first() {
+                url.set_ip_host(addr.ip())
+                    .map_err(|()| Error::ConnectionFailed(format!("{} has no host", host)))?;
+            }
+        }
+        let mut options = rumqttc::MqttOptions::try_from(url)
+            .map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+        if let Some(tls) = tls {
+            options.set_transport(tls);
+        }
+        let permit = self.policy.acquire(Kind::Mqtt).await;
+        options.set_credentials(self.username, self.password);
+        options.set_keep_alive(self.keep_alive);
+        let (client, event_loop) = AsyncClient::new(options, CHANNEL_CAPACITY);
+        Ok(MqttConnection {
+            client,
+            event_loop: std::sync::Arc::new(Mutex::new(event_loop)),
+            permit: std::sync::Arc::new(permit),
+            max_payload: self.policy.mqtt_max_payload_size_bytes(),
+        })
+    }
 }
 
 impl MqttConnection {
-    fn new(
-        mut options: rumqttc::MqttOptions,
-        username: String,
-        password: String,
-        keep_alive: Duration,
-    ) -> Self {
-        options.set_credentials(username, password);
-        options.set_keep_alive(keep_alive);
-        let (client, event_loop) = AsyncClient::new(options, CHANNEL_CAPACITY);
-        MqttConnection {
-            client,
-            event_loop: std::sync::Arc::new(Mutex::new(event_loop)),
-        }
-    }
-
     async fn publish(&self, topic: String, qos: Qos, payload: Vec<u8>) -> Result<(), Error> {
+        if let Some(limit) = self.max_payload.filter(|l| payload.len() > *l) {
+            // Spin's error and text ([outbound_mqtt] max_payload_size_bytes).
+            return Err(Error::Other(format!(
+                "payload size {} exceeds the maximum allowed size of {limit} bytes",
+                payload.len()
+            )));
+        }
         let qos = match qos {
             Qos::AtMostOnce => QoS::AtMostOnce,
             Qos::AtLeastOnce => QoS::AtLeastOnce,
@@ -79,7 +125,7 @@ fn open(
     username: String,
     password: String,
     keep_alive_interval_in_secs: u64,
-) -> Result<MqttConnection, Error> {
+) -> Result<(Prepared, Option<rumqttc::Transport>), Error> {
     let refused = || Error::ConnectionFailed(format!("address {address} is not permitted"));
     if !h.outbound_allowed(address, "mqtt") {
         return Err(refused());
@@ -93,7 +139,7 @@ fn open(
     };
     let url = url::Url::parse(address).map_err(|e| invalid(&e))?;
     let scheme = url.scheme().to_string();
-    let mut options = rumqttc::MqttOptions::try_from(url).map_err(|e| invalid(&e))?;
+    let options = rumqttc::MqttOptions::try_from(url.clone()).map_err(|e| invalid(&e))?;
     let (host, port) = options.broker_address();
     let shown = if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]")
@@ -103,18 +149,19 @@ fn open(
     if !h.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "mqtt") {
         return Err(refused());
     }
-    if matches!(options.transport(), rumqttc::Transport::Tls(_)) {
+    let tls = matches!(options.transport(), rumqttc::Transport::Tls(_)).then(|| {
         let tls = super::tls::data_tls_for(&h.component.tls, &host, port);
-        options.set_transport(rumqttc::Transport::tls_with_config(
-            rumqttc::TlsConfiguration::Rustls(tls.config),
-        ));
-    }
-    Ok(MqttConnection::new(
-        options,
+        rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(tls.config))
+    });
+    let prepared = Prepared {
+        url,
         username,
         password,
-        Duration::from_secs(keep_alive_interval_in_secs),
-    ))
+        keep_alive: Duration::from_secs(keep_alive_interval_in_secs),
+        policy: h.network_policy().clone(),
+        component: h.component.id.clone(),
+    };
+    Ok((prepared, tls))
 }
 
 impl HostState {
@@ -124,6 +171,8 @@ impl HostState {
             Ok(c) => Ok(MqttConnection {
                 client: c.client.clone(),
                 event_loop: c.event_loop.clone(),
+                permit: c.permit.clone(),
+                max_payload: c.max_payload,
             }),
             Err(_) => Err(Error::Other(
                 "could not find connection for resource".into(),
@@ -140,13 +189,17 @@ impl v2::HostConnection for HostState {
         password: String,
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Resource<MqttConnection>, Error>> {
-        let conn = match open(
+        let opened = match open(
             self,
             &address,
             username,
             password,
             keep_alive_interval_in_secs,
         ) {
+            Ok((prepared, tls)) => prepared.connect(tls).await,
+            Err(e) => Err(e),
+        };
+        let conn = match opened {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -193,10 +246,18 @@ mod v3 {
         password: String,
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Conn, Error>> {
-        Ok(with_host(acc, |h| {
-            let conn = super::open(h, &address, username, password, keep_alive_interval_in_secs)?;
-            h.push_connection(conn)
-                .map_err(|_| Error::TooManyConnections)
+        let opened = with_host(acc, |h| {
+            super::open(h, &address, username, password, keep_alive_interval_in_secs)
+        });
+        let conn = match opened {
+            Ok((prepared, tls)) => prepared.connect(tls).await,
+            Err(e) => Err(e),
+        };
+        Ok(conn.and_then(|conn| {
+            with_host(acc, |h| {
+                h.push_connection(conn)
+                    .map_err(|_| Error::TooManyConnections)
+            })
         }))
     }
 

@@ -23,6 +23,8 @@ use v2t::{Column, DbDataType, DbValue, Error, ParameterValue, RowSet};
 /// Spin 4 guest's concurrent calls on one connection run one after the other.
 pub struct MysqlConnection {
     conn: std::sync::Arc<tokio::sync::Mutex<mysql_async::Conn>>,
+    /// The app's connection-cap permits, held while the connection is open.
+    _permit: super::network_policy::Permit,
 }
 
 fn is_ssl_param(name: &str) -> bool {
@@ -220,13 +222,32 @@ impl HostState {
     }
 }
 
-/// Connects with `opts` (from [`HostState::mysql_options`]).
-async fn connect(opts: Result<mysql_async::Opts, Error>) -> Result<MysqlConnection, Error> {
-    let conn = mysql_async::Conn::new(opts?)
+/// Connects with `opts` (from [`HostState::mysql_options`]) through the app's network
+/// policy: the host is resolved once, blocked addresses are dropped and mysql_async connects
+/// to the checked ones (TLS still verifies the host name); a connection-cap permit is held.
+async fn connect(
+    (opts, policy, component): (
+        Result<mysql_async::Opts, Error>,
+        std::sync::Arc<super::network_policy::NetworkPolicy>,
+        String,
+    ),
+) -> Result<MysqlConnection, Error> {
+    use super::network_policy::Kind;
+    let opts = opts?;
+    let (host, port) = (opts.ip_or_hostname().to_string(), opts.tcp_port());
+    let addrs = policy
+        .resolve(&component, Kind::Mysql, &host, port)
+        .await
+        .map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+    let permit = policy.acquire(Kind::Mysql).await;
+    let ips: Vec<std::net::IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+    let opts = mysql_async::OptsBuilder::from_opts(opts).resolved_ips(Some(ips));
+    let conn = mysql_async::Conn::new(opts)
         .await
         .map_err(|e| Error::ConnectionFailed(format!("{e:?}")))?;
     Ok(MysqlConnection {
         conn: std::sync::Arc::new(tokio::sync::Mutex::new(conn)),
+        _permit: permit,
     })
 }
 
@@ -298,7 +319,12 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<MysqlConnection>, Error>> {
-        let conn = match connect(self.mysql_options(&address)).await {
+        let target = (
+            self.mysql_options(&address),
+            self.network_policy().clone(),
+            self.component.id.clone(),
+        );
+        let conn = match connect(target).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -362,8 +388,11 @@ mod v3 {
     );
 
     pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
-        let opts = with_host(acc, |h| h.mysql_options(&address));
-        let conn = match super::connect(opts).await {
+        let target = with_host(acc, |h| {
+            let policy = h.network_policy().clone();
+            (h.mysql_options(&address), policy, h.component.id.clone())
+        });
+        let conn = match super::connect(target).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };

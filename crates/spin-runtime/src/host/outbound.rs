@@ -362,6 +362,166 @@ fn encode_userinfo(address: &str) -> String {
     out
 }
 
+/// The future that drives an outbound HTTP connection until it closes.
+pub type ConnectionTask =
+    Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
+
+/// Sends an outbound HTTP request of `component` (HTTP/1.1; over TLS with `tls`) under the
+/// app's `policy` ([`super::network_policy`]): the host is resolved once, blocked addresses
+/// are dropped (all blocked: `DestinationIpProhibited`, as Spin), the connection waits for a
+/// permit of `[outbound_http] max_connections` and `max_total_connections` and holds it
+/// until it closes, and TLS verifies the host name. The request options' connect,
+/// first-byte and between-bytes timeouts apply (default 600 s each, as wasmtime-wasi-http).
+pub async fn send_http(
+    policy: &super::network_policy::NetworkPolicy,
+    component: &str,
+    mut req: http::Request<wasmtime_wasi_http::WasiBody>,
+    options: Option<wasmtime_wasi_http::RequestOptions>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> Result<(http::Response<wasmtime_wasi_http::WasiBody>, ConnectionTask), wasmtime_wasi_http::Error>
+{
+    use super::network_policy::{ConnectError, Kind};
+    use http_body_util::BodyExt as _;
+    use std::time::Duration;
+    use wasmtime_wasi_http::Error;
+
+    let uri = req.uri().clone();
+    let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?.to_string();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if tls.is_some() { 443 } else { 80 });
+    let option = |f: fn(&wasmtime_wasi_http::RequestOptions) -> Option<Duration>| {
+        options
+            .as_ref()
+            .and_then(f)
+            .unwrap_or(Duration::from_secs(600))
+    };
+    let connect_timeout = option(|o| o.connect_timeout);
+    let first_byte_timeout = option(|o| o.first_byte_timeout);
+    let between_bytes_timeout = option(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
+    let (tcp, permit) = policy
+        .connect(component, Kind::Http, &host, port, connect_timeout)
+        .await
+        .map_err(|e| match e {
+            ConnectError::Blocked(_) => Error::DestinationIpProhibited,
+            ConnectError::Dns { .. } => Error::DnsError {
+                rcode: Some("address not available".into()),
+                info_code: Some(0),
+            },
+            ConnectError::Connect { error, .. } => Error::Connect(error),
+            ConnectError::Timeout { .. } => Error::ConnectionTimeout,
+        })?;
+    let io: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let name =
+                rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                    .map_err(Error::InvalidDnsNameError)?;
+            Box::new(
+                tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!(
+                            "outbound HTTPS to {host}:{port}: TLS handshake failed: {e} (a \
+                             server signed by a private CA is trusted through SSL_CERT_FILE / \
+                             SSL_CERT_DIR or a [[client_tls]] ca_roots_file in the runtime \
+                             config)"
+                        );
+                        Error::Tls(e)
+                    })?,
+            )
+        }
+    };
+    let (mut sender, conn) = tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionTimeout)?
+    .map_err(Error::Hyper)?;
+    *req.uri_mut() = http::Uri::builder()
+        .path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .build()
+        .map_err(|_| Error::HttpRequestUriInvalid)?;
+    let conn = tokio::spawn(async move {
+        let r = conn.await;
+        drop(permit);
+        r
+    });
+    let resp = tokio::time::timeout(first_byte_timeout, sender.send_request(req))
+        .await
+        .map_err(|_| Error::ConnectionReadTimeout)?
+        .map_err(Error::Hyper)?;
+    let resp = resp.map(|incoming| {
+        BetweenBytes {
+            incoming,
+            timeout: between_bytes_timeout,
+            deadline: Box::pin(tokio::time::sleep(between_bytes_timeout)),
+        }
+        .boxed_unsync()
+    });
+    Ok((
+        resp,
+        Box::new(async move {
+            match conn.await {
+                Ok(r) => r.map_err(Error::Hyper),
+                Err(_) => Err(Error::ConnectionTerminated),
+            }
+        }),
+    ))
+}
+
+/// A plain or TLS stream of an outbound HTTP connection.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
+
+/// A response body that fails with `ConnectionReadTimeout` when no frame comes within the
+/// request's between-bytes timeout.
+struct BetweenBytes {
+    incoming: hyper::body::Incoming,
+    timeout: std::time::Duration,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for BetweenBytes {
+    type Data = bytes::Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let next = tokio::time::Instant::now() + self.timeout;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                Poll::Ready(Some(Err(wasmtime_wasi_http::Error::Hyper(e))))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    Poll::Ready(Some(Err(wasmtime_wasi_http::Error::ConnectionReadTimeout)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,8 @@ use super::HostState;
 /// A guest's open connection (the resource behind every version's `connection`).
 pub struct PgConnection {
     client: std::sync::Arc<tokio_postgres::Client>,
+    /// The app's connection-cap permits, held while the connection is open.
+    _permit: super::network_policy::Permit,
 }
 
 fn conn_failed(msg: impl Into<String>) -> v4::Error {
@@ -146,10 +148,14 @@ impl HostState {
     }
 
     /// Adds a connected client to the instance's table; its handle's rep.
-    fn pg_push(&mut self, client: tokio_postgres::Client) -> Result<u32, v4::Error> {
+    fn pg_push(
+        &mut self,
+        (client, permit): (tokio_postgres::Client, super::network_policy::Permit),
+    ) -> Result<u32, v4::Error> {
         let res = self
             .push_connection(PgConnection {
                 client: std::sync::Arc::new(client),
+                _permit: permit,
             })
             .map_err(|_| conn_failed("too many connections"))?;
         Ok(res.rep())
@@ -158,7 +164,7 @@ impl HostState {
     async fn pg_open(&mut self, address: &str, ca_root: Option<&str>) -> Result<u32, v4::Error> {
         let config = self.pg_config(address)?;
         let tls = self.pg_tls(&config, ca_root)?;
-        let client = pg_connect(&config, tls).await?;
+        let client = pg_connect(self.network_policy(), &self.component.id, &config, tls).await?;
         self.pg_push(client)
     }
 
@@ -188,39 +194,88 @@ impl HostState {
     }
 }
 
-/// Connects as `config` says: over TLS with `tls`, plain TCP without.
+/// Connects as `config` says (over TLS with `tls`, plain TCP without), trying its hosts in
+/// order, each through the app's network policy: resolved once, blocked addresses dropped,
+/// a connection-cap permit taken; TLS verifies the host name.
 async fn pg_connect(
+    policy: &super::network_policy::NetworkPolicy,
+    component: &str,
     config: &tokio_postgres::Config,
-    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
-) -> Result<tokio_postgres::Client, v4::Error> {
-    fn spawn<S, T>(connection: tokio_postgres::Connection<S, T>)
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        // The connection task ends when the client is dropped (guest drops the resource).
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("PostgreSQL connection closed: {e}");
+    mut tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+) -> Result<(tokio_postgres::Client, super::network_policy::Permit), v4::Error> {
+    use tokio_postgres::config::Host;
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let timeout = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(std::time::Duration::from_secs(600));
+    let mut last = conn_failed("the connection string names no host");
+    for i in 0..hosts.len().max(addrs.len()) {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let addr = addrs.get(i).map(|a| a.to_string());
+        let name = match hosts.get(i) {
+            Some(Host::Tcp(name)) => name.clone(),
+            _ => addr.clone().unwrap_or_default(),
+        };
+        let target = addr.as_deref().unwrap_or(&name);
+        let (stream, permit) = match policy
+            .connect(
+                component,
+                super::network_policy::Kind::Pg,
+                target,
+                port,
+                timeout,
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                last = conn_failed(e.to_string());
+                continue;
             }
-        });
+        };
+        let connected = match tls.as_mut() {
+            Some(tls) => {
+                let tls = <_ as tokio_postgres::tls::MakeTlsConnect<tokio::net::TcpStream>>::make_tls_connect(tls, &name)
+                    .map_err(|e| conn_failed(format!("TLS for {name}: {e}")))?;
+                config
+                    .connect_raw(stream, tls)
+                    .await
+                    .map(|(client, connection)| {
+                        spawn_connection(connection);
+                        client
+                    })
+            }
+            None => config.connect_raw(stream, tokio_postgres::NoTls).await.map(
+                |(client, connection)| {
+                    spawn_connection(connection);
+                    client
+                },
+            ),
+        };
+        match connected {
+            Ok(client) => return Ok((client, permit)),
+            Err(e) => last = conn_failed(format!("{e:?}")),
+        }
     }
-    let failed = |e: tokio_postgres::Error| conn_failed(format!("{e:?}"));
-    Ok(match tls {
-        Some(tls) => {
-            let (client, connection) = config.connect(tls).await.map_err(failed)?;
-            spawn(connection);
-            client
+    Err(last)
+}
+
+/// Drives a connection until its client is dropped (the guest drops the resource).
+fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("PostgreSQL connection closed: {e}");
         }
-        None => {
-            let (client, connection) = config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(failed)?;
-            spawn(connection);
-            client
-        }
-    })
+    });
 }
 
 /// Runs a command; the number of rows it affected.
@@ -1094,13 +1149,18 @@ mod v4_2 {
         let setup = with_host(acc, |h| {
             let config = h.pg_config(&address)?;
             let tls = h.pg_tls(&config, ca_root.as_deref())?;
-            Ok((config, tls))
+            Ok((
+                config,
+                tls,
+                h.network_policy().clone(),
+                h.component.id.clone(),
+            ))
         });
-        let (config, tls) = match setup {
+        let (config, tls, policy, id) = match setup {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let client = match super::pg_connect(&config, tls).await {
+        let client = match super::pg_connect(&policy, &id, &config, tls).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };

@@ -11,13 +11,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use http::{Request, Response};
-use http_body_util::BodyExt;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
 /// One `[[client_tls]]` entry, loaded.
@@ -359,75 +357,15 @@ pub fn parse_runtime_config(
 }
 
 /// Sends an HTTPS request over a connection made with `config` (HTTP/1.1), with the
-/// request options' connect and first-byte timeouts (default 600 s, as wasmtime-wasi-http).
+/// request options' timeouts (default 600 s, as wasmtime-wasi-http), to a destination the
+/// operator chose (no app network policy applies: see [`super::outbound::send_http`]).
 pub async fn send(
-    mut req: Request<WasiBody>,
+    req: Request<WasiBody>,
     options: Option<RequestOptions>,
     config: Arc<rustls::ClientConfig>,
-) -> Result<
-    (
-        Response<WasiBody>,
-        Box<dyn std::future::Future<Output = Result<(), Error>> + Send>,
-    ),
-    Error,
-> {
-    let uri = req.uri().clone();
-    let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?.to_string();
-    let port = uri.port_u16().unwrap_or(443);
-    let connect_timeout = options
-        .and_then(|o| o.connect_timeout)
-        .unwrap_or(Duration::from_secs(600));
-    let first_byte_timeout = options
-        .and_then(|o| o.first_byte_timeout)
-        .unwrap_or(Duration::from_secs(600));
-    let tcp = match tokio::time::timeout(
-        connect_timeout,
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    )
-    .await
-    {
-        Ok(s) => s.map_err(Error::Connect)?,
-        Err(_) => return Err(Error::ConnectionTimeout),
-    };
-    let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-        .map_err(Error::InvalidDnsNameError)?;
-    let tls = tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| {
-            tracing::warn!(
-                "outbound HTTPS to {host}:{port}: TLS handshake failed: {e} (a server signed \
-                 by a private CA is trusted through SSL_CERT_FILE / SSL_CERT_DIR or a \
-                 [[client_tls]] ca_roots_file in the runtime config)"
-            );
-            Error::Tls(e)
-        })?;
-    let (mut sender, conn) = tokio::time::timeout(
-        connect_timeout,
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)),
-    )
-    .await
-    .map_err(|_| Error::ConnectionTimeout)?
-    .map_err(Error::Hyper)?;
-    *req.uri_mut() = http::Uri::builder()
-        .path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-        .build()
-        .map_err(|_| Error::HttpRequestUriInvalid)?;
-    let conn = tokio::spawn(conn);
-    let resp = tokio::time::timeout(first_byte_timeout, sender.send_request(req))
-        .await
-        .map_err(|_| Error::ConnectionReadTimeout)?
-        .map_err(Error::Hyper)?;
-    let resp = resp.map(|b| b.map_err(Error::Hyper).boxed_unsync());
-    Ok((
-        resp,
-        Box::new(async move {
-            match conn.await {
-                Ok(r) => r.map_err(Error::Hyper),
-                Err(_) => Err(Error::ConnectionTerminated),
-            }
-        }),
-    ))
+) -> Result<(Response<WasiBody>, super::outbound::ConnectionTask), Error> {
+    let unrestricted = super::network_policy::NetworkPolicy::default();
+    super::outbound::send_http(&unrestricted, "", req, options, Some(config)).await
 }
 
 impl DataTls {

@@ -1,0 +1,394 @@
+//! Operator limits of the runtime config, enforced with Spin's keys: `[outbound_networking]
+//! block_networks` (CIDRs and `private`, applied after DNS resolution), the connection caps
+//! (`[outbound_http] max_connections`, `[outbound_networking] max_total_connections`) and
+//! `[outbound_mqtt] max_payload_size_bytes`. Each limit is shown to deny exactly what it
+//! names and nothing else, through spin-serve, against origins and servers on loopback
+//! (127.0.0.2 is loopback on Linux too, so one network can be blocked and another not).
+
+mod common;
+mod servers;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const OUTBOUND: &str = "spin_outbound.wasm";
+const HOSTIFACES: &str = "spin_hostifaces.wasm";
+
+/// An app with one component `c` running `wasm`, allowed to reach `allowed`.
+fn app(wasm: &str, allowed: &str) -> tempfile::TempDir {
+    guest_wasm(wasm);
+    app_from_manifest(&format!(
+        "spin_manifest_version = 2\n[application]\nname = \"limits\"\n\
+         [[trigger.http]]\nroute = \"/...\"\ncomponent = \"c\"\n\
+         [component.c]\nsource = \"{{WASM_DIR}}/{wasm}\"\n\
+         allowed_outbound_hosts = [\"{allowed}\"]\n"
+    ))
+}
+
+fn runtime_config(app: &Path, text: &str) {
+    std::fs::write(app.join("runtime-config.toml"), text).unwrap();
+}
+
+/// What an HTTP origin on loopback saw: connections now open and the most at once.
+#[derive(Default)]
+struct Seen {
+    open: usize,
+    most: usize,
+    served: usize,
+}
+
+/// A loopback HTTP/1.1 origin answering `200 ok` and closing; with `hold`, each request
+/// waits until [`Origin::release`] lets one go. Its thread stops on drop.
+struct Origin {
+    addr: SocketAddr,
+    seen: Arc<(Mutex<Seen>, Condvar)>,
+    releases: Arc<(Mutex<usize>, Condvar)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Origin {
+    /// Listens on `bind` (`ip:port`, port 0 for any).
+    fn start(bind: &str, hold: bool) -> Origin {
+        let listener =
+            TcpListener::bind(bind).unwrap_or_else(|e| panic!("cannot listen on {bind}: {e}"));
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<(Mutex<Seen>, Condvar)> = Default::default();
+        let releases: Arc<(Mutex<usize>, Condvar)> = Default::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, r, st) = (seen.clone(), releases.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut handlers = Vec::new();
+            while !st.load(Ordering::SeqCst) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let (s, r, st) = (s.clone(), r.clone(), st.clone());
+                handlers.push(std::thread::spawn(move || {
+                    conn.set_nonblocking(false).unwrap();
+                    conn.set_read_timeout(Some(Duration::from_secs(30)))
+                        .unwrap();
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    {
+                        let mut seen = s.0.lock().unwrap();
+                        seen.open += 1;
+                        seen.most = seen.most.max(seen.open);
+                        s.1.notify_all();
+                    }
+                    if hold {
+                        let mut n = r.0.lock().unwrap();
+                        while *n == 0 && !st.load(Ordering::SeqCst) {
+                            n = r.1.wait_timeout(n, Duration::from_millis(100)).unwrap().0;
+                        }
+                        *n = n.saturating_sub(1);
+                    }
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    );
+                    drop(conn);
+                    let mut seen = s.0.lock().unwrap();
+                    seen.open -= 1;
+                    seen.served += 1;
+                    s.1.notify_all();
+                }));
+            }
+            for h in handlers {
+                let _ = h.join();
+            }
+        });
+        Origin {
+            addr,
+            seen,
+            releases,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn served(&self) -> usize {
+        self.seen.0.lock().unwrap().served
+    }
+
+    /// Waits (30 s) until `at_least` requests are open at once; what the origin saw.
+    fn wait_open(&self, at_least: usize) -> (usize, usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = self.seen.0.lock().unwrap();
+        while seen.open < at_least {
+            assert!(
+                Instant::now() < deadline,
+                "{} requests open, not {at_least}",
+                seen.open
+            );
+            seen = self
+                .seen
+                .1
+                .wait_timeout(seen, Duration::from_millis(100))
+                .unwrap()
+                .0;
+        }
+        (seen.open, seen.most)
+    }
+
+    fn release(&self) {
+        *self.releases.0.lock().unwrap() += 1;
+        self.releases.1.notify_all();
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.releases.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn fetch(server: &Server, url: &str) -> (u16, String) {
+    let r = server.get(&format!("/?url={}", servers::url_encode(url)));
+    (r.status, r.text())
+}
+
+fn assert_prohibited(got: &(u16, String), server: &Server, needle: &str) {
+    assert_eq!(got.0, 502, "{}", got.1);
+    assert!(got.1.contains("DestinationIpProhibited"), "{}", got.1);
+    let log = log_with(server, needle);
+    assert!(
+        log.contains(needle) && log.contains("[outbound_networking] block_networks"),
+        "the log names the address, network and key: {log}"
+    );
+}
+
+#[test]
+fn block_networks_deny_exactly_the_networks_they_name_for_outbound_http() {
+    let one = Origin::start("127.0.0.1:0", false);
+    let port = one.addr.port();
+    // The same port on another loopback address.
+    let two = Origin::start(&format!("127.0.0.2:{port}"), false);
+    let app = app(OUTBOUND, "http://*:*");
+
+    // No runtime config: every loopback address is reached.
+    let server = Server::start(app.path(), &[]);
+    for host in ["127.0.0.1", "127.0.0.2", "localhost"] {
+        let got = fetch(&server, &format!("http://{host}:{port}/"));
+        assert_eq!(got.0, 200, "{host}: {}", got.1);
+    }
+    drop(server);
+    let before = (one.served(), two.served());
+
+    // One address and the metadata service blocked: those are refused before any
+    // connection, the other loopback address still answers.
+    runtime_config(
+        app.path(),
+        "[outbound_networking]\nblock_networks = [\"127.0.0.1/32\", \"169.254.169.254/32\"]\n",
+    );
+    let server = Server::start(app.path(), &[]);
+    let got = fetch(&server, &format!("http://127.0.0.1:{port}/"));
+    assert_prohibited(&got, &server, "127.0.0.1 (in 127.0.0.1/32)");
+    let got = fetch(&server, "http://169.254.169.254/latest/meta-data/");
+    assert_prohibited(&got, &server, "169.254.169.254 (in 169.254.169.254/32)");
+    let got = fetch(&server, &format!("http://127.0.0.2:{port}/"));
+    assert_eq!(got.0, 200, "127.0.0.2 is not blocked: {}", got.1);
+    assert_eq!(
+        one.served(),
+        before.0,
+        "a blocked request reached 127.0.0.1"
+    );
+    assert_eq!(two.served(), before.1 + 1);
+    drop(server);
+
+    // A name is checked after resolution: `localhost` resolves only to blocked addresses.
+    runtime_config(
+        app.path(),
+        "[outbound_networking]\nblock_networks = [\"127.0.0.0/8\", \"::1/128\"]\n",
+    );
+    let server = Server::start(app.path(), &[]);
+    let got = fetch(&server, &format!("http://localhost:{port}/"));
+    assert_prohibited(&got, &server, "127.0.0.1 (in 127.0.0.0/8)");
+    drop(server);
+
+    // `private` is Spin's "not globally routable": both loopback addresses.
+    runtime_config(
+        app.path(),
+        "[outbound_networking]\nblock_networks = [\"private\"]\n",
+    );
+    let server = Server::start(app.path(), &[]);
+    for host in ["127.0.0.1", "127.0.0.2"] {
+        let got = fetch(&server, &format!("http://{host}:{port}/"));
+        assert_prohibited(&got, &server, &format!("{host} (in private)"));
+    }
+    drop(server);
+    assert_eq!((one.served(), two.served()), (before.0, before.1 + 1));
+
+    // A malformed entry stops the start, naming the file, the entry and the fix.
+    runtime_config(
+        app.path(),
+        "[outbound_networking]\nblock_networks = [\"10.0.0.1\"]\n",
+    );
+    let e = start_failure(app.path(), &[]);
+    assert!(
+        e.contains("runtime-config.toml") && e.contains("`10.0.0.1`") && e.contains("CIDR"),
+        "{e}"
+    );
+}
+
+/// Sends `n` requests to `url` through the app at once (threads); their statuses.
+fn fetch_all(server: &Server, url: &str, n: usize) -> Vec<std::thread::JoinHandle<u16>> {
+    (0..n)
+        .map(|_| {
+            let addr = server.addr;
+            let path = format!("/?url={}", servers::url_encode(url));
+            std::thread::spawn(move || request(addr, "GET", &path, b"").status)
+        })
+        .collect()
+}
+
+#[test]
+fn connection_caps_bound_the_requests_in_flight_at_the_origin() {
+    const CAP: usize = 2;
+    const REQUESTS: usize = 6;
+    for config in [
+        format!("[outbound_http]\nmax_connections = {CAP}\n"),
+        // Spin's deprecated key allows N + 1.
+        format!("[outbound_http]\nmax_concurrent_requests = {}\n", CAP - 1),
+        format!("[outbound_networking]\nmax_total_connections = {CAP}\n"),
+    ] {
+        let origin = Origin::start("127.0.0.1:0", true);
+        let app = app(OUTBOUND, "http://127.0.0.1:*");
+        runtime_config(app.path(), &config);
+        let server = Server::start(app.path(), &[]);
+        let url = format!("http://127.0.0.1:{}/", origin.addr.port());
+        let clients = fetch_all(&server, &url, REQUESTS);
+        // Let the held requests go one by one; before each, the cap's worth is open.
+        for done in 0..REQUESTS {
+            let (open, most) = origin.wait_open(CAP.min(REQUESTS - done));
+            assert!(
+                open <= CAP && most <= CAP,
+                "{config}: {open} open, at most {most}"
+            );
+            origin.release();
+        }
+        for c in clients {
+            assert_eq!(c.join().unwrap(), 200, "{config}");
+        }
+        let seen = origin.seen.0.lock().unwrap();
+        assert_eq!((seen.most, seen.served), (CAP, REQUESTS), "{config}");
+    }
+
+    // Without a cap the same requests are all open at once at the origin.
+    let origin = Origin::start("127.0.0.1:0", true);
+    let app = app(OUTBOUND, "http://127.0.0.1:*");
+    let server = Server::start(app.path(), &[]);
+    let url = format!("http://127.0.0.1:{}/", origin.addr.port());
+    let clients = fetch_all(&server, &url, REQUESTS);
+    origin.wait_open(REQUESTS);
+    for _ in 0..REQUESTS {
+        origin.release();
+    }
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+}
+
+/// `GET /?op=<op>&addr=<addr>&<rest>` on the hostifaces guest: plain text.
+fn call(server: &Server, op: &str, addr: &str, rest: &str) -> String {
+    let r = server.get(&format!(
+        "/?op={op}&addr={}&{rest}",
+        servers::url_encode(addr)
+    ));
+    plain(&r.text())
+}
+
+/// The database and messaging interfaces: a blocked network refuses `open` with the
+/// interface's `connection-failed` and a log line naming address, network and key; a
+/// block on another loopback network leaves the connection alone.
+#[test]
+fn block_networks_apply_to_postgres_mysql_and_mqtt() {
+    let pg = servers::postgres();
+    let db = servers::mariadb();
+    let broker = servers::mosquitto();
+    let cases = [
+        (
+            "pg4",
+            format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port),
+            "",
+            "postgres://127.0.0.1:*",
+        ),
+        (
+            "mysql",
+            format!("mysql://root@127.0.0.1:{}/spin_test", db.port),
+            "",
+            "mysql://127.0.0.1:*",
+        ),
+        (
+            "mqtt",
+            format!("mqtt://127.0.0.1:{}?client_id=limits", broker.port),
+            "topic=limits/t&qos=1",
+            "mqtt://127.0.0.1:*",
+        ),
+    ];
+    for (op, addr, rest, allowed) in &cases {
+        let app = app(HOSTIFACES, allowed);
+        runtime_config(
+            app.path(),
+            "[outbound_networking]\nblock_networks = [\"127.0.0.1/32\"]\n",
+        );
+        let server = Server::start(app.path(), &[]);
+        let got = call(&server, op, addr, rest);
+        assert!(
+            got.starts_with("error: open: ConnectionFailed") && got.contains("127.0.0.1"),
+            "{op}: {got}"
+        );
+        let log = log_with(&server, "127.0.0.1 (in 127.0.0.1/32)");
+        assert!(
+            log.contains("127.0.0.1 (in 127.0.0.1/32)") && log.contains("block_networks"),
+            "{op}: {log}"
+        );
+        drop(server);
+
+        runtime_config(
+            app.path(),
+            "[outbound_networking]\nblock_networks = [\"127.0.0.2/32\", \"10.0.0.0/8\"]\n",
+        );
+        let server = Server::start(app.path(), &[]);
+        let got = call(&server, op, addr, rest);
+        assert!(!got.starts_with("error"), "{op} is not blocked: {got}");
+    }
+}
+
+#[test]
+fn mqtt_payload_cap_refuses_only_larger_payloads() {
+    let broker = servers::mosquitto();
+    let app = app(HOSTIFACES, "mqtt://127.0.0.1:*");
+    let addr = format!("mqtt://127.0.0.1:{}?client_id=cap", broker.port);
+    // The guest publishes `hello 1` (7 bytes).
+    runtime_config(app.path(), "[outbound_mqtt]\nmax_payload_size_bytes = 7\n");
+    let server = Server::start(app.path(), &[]);
+    let got = call(&server, "mqtt", &addr, "topic=cap/t&qos=1");
+    assert!(!got.starts_with("error"), "7 bytes fit a 7-byte cap: {got}");
+    drop(server);
+    runtime_config(app.path(), "[outbound_mqtt]\nmax_payload_size_bytes = 6\n");
+    let server = Server::start(app.path(), &[]);
+    let got = call(&server, "mqtt", &addr, "topic=cap/t&qos=1");
+    assert!(
+        got.starts_with("error: publish: Other")
+            && got.contains("payload size 7 exceeds the maximum allowed size of 6 bytes"),
+        "{got}"
+    );
+}
