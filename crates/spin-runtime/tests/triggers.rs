@@ -536,21 +536,36 @@ record_address = "{{ record_address }}"
 record_key = "mqtt-seen"
 "#;
 
-#[test]
-fn mqtt_messages_handled_exactly_once_across_a_broker_restart() {
+/// redis-server and mosquitto, and `manifest` (which takes `MQTT_ADDRESS` and
+/// `RECORD_ADDRESS`) served until its `subscriptions` MQTT triggers have subscribed.
+fn start_mqtt_app(
+    manifest: &str,
+    subscriptions: usize,
+) -> (
+    servers::ServerProcess,
+    servers::ServerProcess,
+    tempfile::TempDir,
+    Triggered,
+) {
     let redis = servers::redis();
-    let mut broker = servers::mosquitto();
-    let app = app_from_manifest(MQTT_APP);
+    let broker = servers::mosquitto();
+    let app = app_from_manifest(manifest);
     let env = [
         ("MQTT_ADDRESS", format!("mqtt://{}", broker.addr())),
         ("RECORD_ADDRESS", format!("redis://{}", redis.addr())),
     ];
     let mut serve = Triggered::start(app.path(), &env);
     assert!(
-        serve.wait_stderr("mqtt trigger subscribed", 1),
+        serve.wait_stderr("mqtt trigger subscribed", subscriptions),
         "{}",
         serve.stderr()
     );
+    (redis, broker, app, serve)
+}
+
+#[test]
+fn mqtt_messages_handled_exactly_once_across_a_broker_restart() {
+    let (redis, mut broker, _app, mut serve) = start_mqtt_app(MQTT_APP, 1);
     let mut first: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
     first.insert(5, "fail".into());
     broker.mqtt_publish("sensors/temp", &first, false).unwrap();
@@ -674,4 +689,121 @@ fn command_trigger_runs_a_wasip1_command_module() {
         "{}",
         run.stderr()
     );
+}
+
+/// Spin 4's Redis form beside Spin 3's: a spin-sdk 6 `#[redis_subscriber]` component
+/// (`spin:redis/inbound-redis@3.0.0`, an `async func`) and the spin-sdk 5 recorder on one
+/// channel of one server.
+const REDIS_SPIN4_APP: &str = r#"
+spin_manifest_version = 2
+[application]
+name = "redis-spin4"
+[variables]
+redis_address = { required = true }
+[application.trigger.redis]
+address = "{{ redis_address }}"
+[[trigger.redis]]
+channel = "orders"
+component = "sdk6"
+[[trigger.redis]]
+channel = "orders"
+component = "sdk5"
+[component.sdk6]
+source = "{WASM_DIR}/spin_redis_sdk6.wasm"
+allowed_outbound_hosts = ["redis://127.0.0.1:*"]
+[component.sdk6.variables]
+record_address = "{{ redis_address }}"
+record_key = "spin4-seen"
+[component.sdk5]
+source = "{WASM_DIR}/spin_redis_trigger.wasm"
+allowed_outbound_hosts = ["redis://127.0.0.1:*"]
+[component.sdk5.variables]
+record_address = "{{ redis_address }}"
+record_key = "spin4-seen"
+"#;
+
+#[test]
+fn spin4_redis_subscriber_is_served_beside_the_spin3_form() {
+    let redis = servers::redis();
+    let app = app_from_manifest(REDIS_SPIN4_APP);
+    let env = [("REDIS_ADDRESS", format!("redis://{}", redis.addr()))];
+    let mut serve = Triggered::start(app.path(), &env);
+    assert!(wait_subscribers(&redis, "orders", 1), "{}", serve.stderr());
+    let msgs: Vec<String> = (0..5).map(|i| format!("m{i}")).collect();
+    for m in msgs.iter().take(2) {
+        publish(&redis, "orders", m);
+    }
+    publish(&redis, "orders", "fail");
+    for m in msgs.iter().skip(2) {
+        publish(&redis, "orders", m);
+    }
+    // Each message once by each form: `sdk6:<m>` from Spin 4's, `<m>` from Spin 3's.
+    let mut want: Vec<String> = msgs.iter().map(|m| format!("sdk6:{m}")).collect();
+    want.extend(msgs.iter().cloned());
+    assert_recorded(&redis, "spin4-seen", &want);
+    // Both handlers' errors for `fail` are logged, Spin 4's with the guest's message.
+    assert!(
+        serve.wait_stderr("redis handler returned an error (asked to fail)", 1),
+        "{}",
+        serve.stderr()
+    );
+    assert!(serve.wait_stderr("redis handler returned an error (Error)", 1));
+    serve.stop_cleanly();
+}
+
+/// spin-trigger-mqtt 0.8's world (`spin:mqtt-trigger@3.0.0`: root `async func
+/// handle-message`) beside the synchronous one of 0.7, on one broker.
+const MQTT_ASYNC_APP: &str = r#"
+spin_manifest_version = 2
+[application]
+name = "mqtt-async"
+[variables]
+mqtt_address = { required = true }
+record_address = { required = true }
+[application.trigger.mqtt]
+address = "{{ mqtt_address }}"
+username = ""
+password = ""
+keep_alive_interval = "5"
+[[trigger.mqtt]]
+component = "async"
+topic = "sensors/#"
+qos = "1"
+[[trigger.mqtt]]
+component = "sync"
+topic = "sensors/#"
+qos = "1"
+[component.async]
+source = "{WASM_DIR}/spin_mqtt_async.wasm"
+allowed_outbound_hosts = ["redis://127.0.0.1:*"]
+[component.async.variables]
+record_address = "{{ record_address }}"
+record_key = "mqtt-async-seen"
+[component.sync]
+source = "{WASM_DIR}/spin_mqtt_trigger.wasm"
+allowed_outbound_hosts = ["redis://127.0.0.1:*"]
+[component.sync.variables]
+record_address = "{{ record_address }}"
+record_key = "mqtt-async-seen"
+"#;
+
+#[test]
+fn mqtt_plugin_08_async_world_is_served_beside_the_sync_one() {
+    let (redis, broker, _app, mut serve) = start_mqtt_app(MQTT_ASYNC_APP, 2);
+    let mut msgs: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
+    msgs.insert(2, "fail".into());
+    broker.mqtt_publish("sensors/temp", &msgs, false).unwrap();
+    msgs.remove(2);
+    let mut want: Vec<String> = msgs
+        .iter()
+        .map(|m| format!("async:sensors/temp {m}"))
+        .collect();
+    want.extend(msgs.iter().map(|m| format!("sensors/temp {m}")));
+    assert_recorded(&redis, "mqtt-async-seen", &want);
+    assert!(
+        serve.wait_stderr("mqtt handler returned an error: asked to fail", 2),
+        "{}",
+        serve.stderr()
+    );
+    serve.stop_cleanly();
 }

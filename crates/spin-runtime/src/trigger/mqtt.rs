@@ -1,5 +1,8 @@
 //! The MQTT trigger, as the spin-trigger-mqtt plugin defines it (its WIT package
-//! `spin:mqtt-trigger`, the synchronous form built by spin-mqtt-sdk up to 0.7):
+//! `spin:mqtt-trigger`: the synchronous form built by spin-mqtt-sdk up to 0.7, and
+//! `spin:mqtt-trigger@3.0.0` of plugin 0.8 (Spin 4), whose root `handle-message` is an
+//! `async func` with the same parameters and result; both are served, as the call checks
+//! only the types):
 //! `[application.trigger.mqtt] address, username, password, keep_alive_interval` and
 //! `[[trigger.mqtt]] component, topic, qos`; each entry has its own client connection, and
 //! each message is passed to the component's root export
@@ -123,8 +126,8 @@ pub(crate) fn prepare(
             &t.config.component,
             None,
             HANDLE_MESSAGE,
-            "an MQTT component is built with spin-mqtt-sdk's #[mqtt_component] (up to 0.7, \
-             the synchronous spin:mqtt-trigger world)",
+            "an MQTT component is built with spin-mqtt-sdk's #[mqtt_component] (the \
+             spin:mqtt-trigger world: synchronous up to 0.7, or @3.0.0's async func from 0.8)",
         )?;
         let client_id = format!("spin-{}-{n}-{}", std::process::id(), t.id);
         let mut options = MqttOptions::new(client_id, host.clone(), port);

@@ -1,8 +1,11 @@
 //! The Redis trigger, as Spin's `trigger-redis` crate defines it: `[[trigger.redis]]`
 //! entries subscribe to `channel` on `address` (default `[application.trigger.redis]
 //! address`; both may hold `{{ variable }}` templates), and each message is passed to the
-//! component's `fermyon:spin/inbound-redis` `handle-message` export, every component of a
-//! channel once per message, messages of one server in order.
+//! component's `handle-message` export, every component of a channel once per message,
+//! messages of one server in order. Both of Spin's forms are served: Spin 2/3's
+//! `fermyon:spin/inbound-redis` (spin-sdk 2 to 5, `#[redis_component]`) and Spin 4's
+//! `spin:redis/inbound-redis@3.0.0` (spin-sdk 6+, `#[redis_subscriber]`), whose
+//! `handle-message` is an `async func` returning `spin:redis/redis@3.0.0`'s `error`.
 //!
 //! Beyond Spin (whose trigger ends the app when the server goes away), a lost or refused
 //! connection is logged and retried with backoff, and the channels are subscribed again.
@@ -21,6 +24,8 @@ use crate::runtime::LoadedApp;
 
 /// The exported interface Redis components implement (spin-sdk's `#[redis_component]`).
 pub const INBOUND_REDIS: &str = "fermyon:spin/inbound-redis";
+/// Spin 4's exported interface (spin-sdk 6's `#[redis_subscriber]`, an `async func`).
+pub const INBOUND_REDIS_V3: &str = "spin:redis/inbound-redis@3.0.0";
 
 /// How long connecting and subscribing may take before it counts as a failure.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,10 +42,61 @@ pub(crate) enum RedisError {
     Error,
 }
 
+/// `spin:redis/redis@3.0.0`'s `error`, returned by Spin 4 handlers.
+#[derive(ComponentType, Lift, Debug, Clone, PartialEq, Eq)]
+#[component(variant)]
+pub(crate) enum RedisErrorV3 {
+    #[component(name = "invalid-address")]
+    InvalidAddress,
+    #[component(name = "too-many-connections")]
+    TooManyConnections,
+    #[component(name = "type-error")]
+    TypeError,
+    #[component(name = "other")]
+    Other(String),
+}
+
+/// Which of Spin's Redis handler exports a component has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// `fermyon:spin/inbound-redis` (Spin 2/3).
+    Spin3,
+    /// `spin:redis/inbound-redis@3.0.0` (Spin 4).
+    Spin4,
+}
+
 /// One component subscribed to a channel.
 struct Target {
     trigger: String,
     handler: Handler,
+    form: Form,
+}
+
+/// The handler of component `component`: its Spin 4 export when it has one, else the
+/// Spin 2/3 one; fails naming both when it has neither.
+fn redis_handler(app: &LoadedApp, what: &str, component: &str) -> anyhow::Result<(Handler, Form)> {
+    let has_v3 = app.component(component).is_some_and(|c| {
+        c.instance_pre
+            .component()
+            .get_export_index(None, INBOUND_REDIS_V3)
+            .is_some()
+    });
+    let (instance, form) = if has_v3 {
+        (INBOUND_REDIS_V3, Form::Spin4)
+    } else {
+        (INBOUND_REDIS, Form::Spin3)
+    };
+    let handler = find_handler(
+        app,
+        what,
+        component,
+        Some(instance),
+        "handle-message",
+        "a Redis component exports fermyon:spin/inbound-redis (spin-sdk 2 to 5, \
+         #[redis_component]) or spin:redis/inbound-redis@3.0.0 (spin-sdk 6+, \
+         #[redis_subscriber])",
+    )?;
+    Ok((handler, form))
 }
 
 /// The subscriptions of one Redis server.
@@ -81,14 +137,7 @@ pub(crate) fn prepare(
             .unwrap_or(&events.redis_settings.address);
         let address = expand(address_template, vars, &format!("{what}: address"))?;
         let channel = expand(&t.config.channel, vars, &format!("{what}: channel"))?;
-        let handler = find_handler(
-            app,
-            &what,
-            &t.config.component,
-            Some(INBOUND_REDIS),
-            "handle-message",
-            "a Redis component is built with spin-sdk's #[redis_component] (spin-sdk 2 to 5)",
-        )?;
+        let (handler, form) = redis_handler(app, &what, &t.config.component)?;
         servers
             .entry(address)
             .or_default()
@@ -97,6 +146,7 @@ pub(crate) fn prepare(
             .push(Target {
                 trigger: t.id.clone(),
                 handler,
+                form,
             });
     }
     servers
@@ -189,18 +239,33 @@ impl Subscriber {
         let calls = targets.iter().map(|t| {
             let payload = payload.clone();
             async move {
-                let r = call::<(Vec<u8>,), (Result<(), RedisError>,)>(app, &t.handler, "redis", (payload,))
-                    .await;
                 let component = &t.handler.component.id;
-                match r {
-                    Ok((Ok(()),)) => {
+                let outcome = match t.form {
+                    Form::Spin3 => call::<(Vec<u8>,), (Result<(), RedisError>,)>(
+                        app, &t.handler, "redis", (payload,),
+                    )
+                    .await
+                    .map(|(r,)| r.map_err(|e| format!("{e:?}"))),
+                    Form::Spin4 => call::<(Vec<u8>,), (Result<(), RedisErrorV3>,)>(
+                        app, &t.handler, "redis", (payload,),
+                    )
+                    .await
+                    .map(|(r,)| {
+                        r.map_err(|e| match e {
+                            RedisErrorV3::Other(m) => m,
+                            other => format!("{other:?}"),
+                        })
+                    }),
+                };
+                match outcome {
+                    Ok(Ok(())) => {
                         tracing::debug!(trigger = %t.trigger, component = %component, channel, "message handled")
                     }
-                    Ok((Err(e),)) => tracing::error!(
+                    Ok(Err(e)) => tracing::error!(
                         trigger = %t.trigger,
                         component = %component,
                         channel,
-                        "redis handler returned an error ({e:?})"
+                        "redis handler returned an error ({e})"
                     ),
                     Err(e) => tracing::error!(
                         trigger = %t.trigger,
