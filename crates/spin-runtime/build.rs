@@ -12,12 +12,16 @@
 //!   `wasi_rc_http_bindings.rs` for `src/wasi_rc/` (the WASI 0.2.0-rc-2023-10-18 packages
 //!   Spin 2 SDKs import);
 //! - `OUT_DIR/host_interfaces.rs`: the interfaces the world imports, for the error that
-//!   names the nearest provided interface when a component imports an unknown one.
+//!   names the nearest provided interface when a component imports an unknown one;
+//! - `OUT_DIR/wit-otel/` and `OUT_DIR/otel_bindings.rs`: the `wasi:otel@0.2.0-rc.2`
+//!   package (and the `wasi:clocks@0.2.0` and `wasi:io@0.2.0` it uses) from spin-sdk 6.0's `wit/`, under our
+//!   world `wit/otel.wit`, for `src/host/otel.rs`.
 //!
 //! Where the SDK source is found, in order:
-//! 1. `SPIN_SDK_WIT_DIR`: a directory holding the SDK's `wit/` layout (offline builds).
+//! 1. `SPIN_SDK_WIT_DIR` (5.2) and `SPIN_SDK6_WIT_DIR` (6.0): directories holding the SDK's
+//!    `wit/` layout (offline builds).
 //! 2. `cargo metadata --filter-platform wasm32-wasip2` for this crate (which also downloads
-//!    the crate if it is missing).
+//!    the crates if they are missing).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,6 +31,11 @@ use std::process::Command;
 /// `spin:sqlite@3.0.0`, `wasi:keyvalue`, `wasi:config`).
 const SDK_PACKAGE: &str = "spin-sdk";
 const SDK_VERSION_PREFIX: &str = "5.2.";
+/// The spin-sdk release whose `wit/deps/` holds `wasi:otel` (pinned as `spin-sdk-6`).
+const SDK6_VERSION_PREFIX: &str = "6.0.";
+
+/// Packages taken from spin-sdk 6.0's `wit/deps/` for the `wasi:otel` bindings.
+const OTEL_PACKAGES: &[&str] = &["otel@0.2.0-rc.2", "clocks@0.2.0", "io@0.2.0"];
 
 /// SDK WIT packages (directories under the SDK's `wit/deps/`) that the host binds.
 /// `fermyon:spin@2.0.0` pulls in the WASI 0.2.0 (and 0.2.0-rc-2023-10-18) packages its
@@ -59,12 +68,32 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=Cargo.toml");
     println!("cargo:rerun-if-env-changed=SPIN_SDK_WIT_DIR");
+    println!("cargo:rerun-if-env-changed=SPIN_SDK6_WIT_DIR");
 
     let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
-    let sdk_wit = match std::env::var_os("SPIN_SDK_WIT_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => locate_sdk(&manifest_dir).join("wit"),
+    let wit_dirs = [
+        ("SPIN_SDK_WIT_DIR", SDK_VERSION_PREFIX),
+        ("SPIN_SDK6_WIT_DIR", SDK6_VERSION_PREFIX),
+    ];
+    let metadata = if wit_dirs
+        .iter()
+        .all(|(var, _)| std::env::var_os(var).is_some())
+    {
+        String::new()
+    } else {
+        cargo_metadata(&manifest_dir)
     };
+    let [sdk_wit, sdk6_wit] = wit_dirs.map(|(var, version)| match std::env::var_os(var) {
+        Some(dir) => PathBuf::from(dir),
+        None => find_package_dir(&metadata, version)
+            .unwrap_or_else(|| {
+                fail(&format!(
+                    "`cargo metadata` lists no {SDK_PACKAGE} {version}x package: keep it pinned \
+                     in crates/spin-runtime/Cargo.toml (or set {var})"
+                ))
+            })
+            .join("wit"),
+    });
     let deps = sdk_wit.join("deps");
     if !deps.is_dir() {
         fail(&format!(
@@ -110,6 +139,8 @@ fn main() {
         write_if_changed(&out_dir.join(file), &format!("{mac}!({out_wit:?});\n"));
     }
 
+    vendor_otel(&manifest_dir, &sdk6_wit, &out_dir);
+
     let imports = world_imports(&world_text);
     if imports.is_empty() {
         fail(&format!("{} imports no interface", world.display()));
@@ -141,8 +172,8 @@ fn fail(msg: &str) -> ! {
     panic!("spin-runtime build script: {msg}");
 }
 
-/// Finds the pinned spin-sdk crate's source directory through `cargo metadata`.
-fn locate_sdk(manifest_dir: &Path) -> PathBuf {
+/// This crate's `cargo metadata` (JSON), which lists the pinned spin-sdk crates' sources.
+fn cargo_metadata(manifest_dir: &Path) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(&cargo);
     cmd.arg("metadata")
@@ -162,33 +193,59 @@ fn locate_sdk(manifest_dir: &Path) -> PathBuf {
         .unwrap_or_else(|e| fail(&format!("running `{cargo} metadata`: {e}")));
     if !output.status.success() {
         fail(&format!(
-            "`{cargo} metadata` failed ({}): {}\nSet SPIN_SDK_WIT_DIR to the wit/ directory of \
-             spin-sdk {SDK_VERSION_PREFIX}x to build without it.",
+            "`{cargo} metadata` failed ({}): {}\nSet SPIN_SDK_WIT_DIR and SPIN_SDK6_WIT_DIR to \
+             the wit/ directories of spin-sdk {SDK_VERSION_PREFIX}x and {SDK6_VERSION_PREFIX}x \
+             to build without it.",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    find_package_dir(&text).unwrap_or_else(|| {
-        fail(&format!(
-            "`cargo metadata` lists no {SDK_PACKAGE} {SDK_VERSION_PREFIX}x package: keep it pinned \
-             in crates/spin-runtime/Cargo.toml"
-        ))
-    })
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Picks the `spin-sdk` package's directory out of `cargo metadata` JSON.
-fn find_package_dir(json: &str) -> Option<PathBuf> {
+/// Picks the directory of the `spin-sdk` package whose version starts with `version` out
+/// of `cargo metadata` JSON.
+fn find_package_dir(json: &str, version_prefix: &str) -> Option<PathBuf> {
     let meta: serde_json::Value = serde_json::from_str(json).ok()?;
     meta["packages"].as_array()?.iter().find_map(|pkg| {
         let name = pkg["name"].as_str()?;
         let version = pkg["version"].as_str()?;
-        if name != SDK_PACKAGE || !version.starts_with(SDK_VERSION_PREFIX) {
+        if name != SDK_PACKAGE || !version.starts_with(version_prefix) {
             return None;
         }
         let manifest = Path::new(pkg["manifest_path"].as_str()?);
         manifest.parent().map(Path::to_path_buf)
     })
+}
+
+/// Lays out `OUT_DIR/wit-otel/` (our world `wit/otel.wit` and [`OTEL_PACKAGES`] from
+/// spin-sdk 6.0's `wit/deps/`) and writes `OUT_DIR/otel_bindings.rs`.
+fn vendor_otel(manifest_dir: &Path, sdk6_wit: &Path, out_dir: &Path) {
+    let out = out_dir.join("wit-otel");
+    for pkg in OTEL_PACKAGES {
+        let from = sdk6_wit.join("deps").join(pkg);
+        if !from.is_dir() {
+            fail(&format!(
+                "WIT package directory {pkg} is missing from {}: the pinned spin-sdk \
+                 {SDK6_VERSION_PREFIX}x no longer ships it; update OTEL_PACKAGES in build.rs",
+                sdk6_wit.join("deps").display()
+            ));
+        }
+        copy_dir(&from, &out.join("deps").join(pkg));
+    }
+    println!("cargo:rerun-if-changed={}", sdk6_wit.display());
+    let world = manifest_dir.join("wit").join("otel.wit");
+    println!("cargo:rerun-if-changed={}", world.display());
+    let text = std::fs::read_to_string(&world)
+        .unwrap_or_else(|e| fail(&format!("read {}: {e}", world.display())));
+    write_if_changed(&out.join("otel.wit"), &text);
+    let path = out
+        .to_str()
+        .unwrap_or_else(|| fail(&format!("OUT_DIR {} is not UTF-8", out.display())));
+    write_if_changed(
+        &out_dir.join("otel_bindings.rs"),
+        &format!("otel_bindgen!({path:?});\n"),
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {

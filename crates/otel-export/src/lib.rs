@@ -20,13 +20,20 @@
 //!   app's standard output and error as log records with its `component_id` ([`app_log`]).
 //! - Export runs on a one-thread tokio runtime of its own, so callers need no runtime and
 //!   the request path never waits for the collector.
+//! - Guests' own spans and log records (`wasi:otel`) join the same exports ([`guest`]).
 //! - Spans named [`HOST_CALL_SPAN`] (wasmtime's `bindgen!` `tracing` spans of host imports)
 //!   are exported as client spans named `<interface>/<function>`; their call and return
 //!   events, which carry arguments and results (secrets, for variables), are never exported.
 #![warn(missing_docs)]
 
 mod config;
+pub mod guest;
 mod transport;
+
+/// The OpenTelemetry API and SDK this crate exports with, for callers that build spans and
+/// log records themselves ([`guest`]).
+pub use opentelemetry;
+pub use opentelemetry_sdk;
 
 pub use config::{OtlpConfig, Protocol, Signal, Tls};
 
@@ -273,20 +280,24 @@ where
 {
     let rt = export_runtime()?;
     let exporter = build_exporter(config, rt.handle())?;
-    let batch = BatchSpanProcessor::builder(exporter)
+    let mut batch = BatchSpanProcessor::builder(exporter)
         .with_batch_config(
             BatchConfigBuilder::default()
                 .with_scheduled_delay(config.schedule_delay)
                 .build(),
         )
         .build();
+    // Shared with guests' spans (`guest::export_span`), so its resource is set here.
+    batch.set_resource(&resource(config));
+    let batch = Arc::new(batch);
     let provider = SdkTracerProvider::builder()
-        .with_span_processor(HostCallNames(batch))
+        .with_span_processor(HostCallNames(guest::Shared(batch.clone())))
         .with_resource(resource(config))
         .build();
     if PROVIDER.set(provider.clone()).is_err() {
         bail!("the OpenTelemetry exporter is already installed in this process");
     }
+    guest::set_span_processor(batch);
     let tracer = provider.tracer("containerd-shim-spin-v2");
     let mut directives = format!("{},{HOST_CALL_TARGETS}=trace", config.level);
     for t in trace_targets {

@@ -132,6 +132,7 @@ pub mod llm;
 pub mod mqtt;
 pub mod mysql;
 pub mod network_policy;
+pub mod otel;
 pub mod outbound;
 pub mod pg;
 pub mod redis;
@@ -625,6 +626,7 @@ pub fn add_to_linker(
     store::add_to_linker::<_, H>(linker, host)?;
     batch::add_to_linker::<_, H>(linker, host)?;
     atomics::add_to_linker::<_, H>(linker, host)?;
+    otel::add_to_linker(linker)?;
     Ok(())
 }
 
@@ -666,6 +668,7 @@ const WASI_INTERFACES: &[&str] = &[
 /// Whether the runtime links import `name` (`ns:pkg/iface[@version]`).
 fn provides(name: &str) -> bool {
     if HOST_INTERFACES.contains(&name)
+        || otel::INTERFACES.contains(&name)
         || crate::p3::provides(name)
         || crate::wasi_rc::provides(name)
     {

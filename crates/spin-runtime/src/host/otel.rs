@@ -1,0 +1,416 @@
+//! `wasi:otel@0.2.0-rc.2` (Spin 3.6+'s guest telemetry, as `spin-factor-otel` implements
+//! it): a guest's finished spans (`tracing.on-end`) and log records (`logs.on-emit`) are
+//! exported by the runtime's OTLP exporters ([`otel_export::guest`]), in the same batches
+//! as the runtime's spans; `tracing.outer-span-context` gives the guest the request's server
+//! span, so that its spans join the request's trace. Each does nothing while its signal is
+//! off. `metrics.export` answers an error naming the gap: guest metrics are not exported.
+//!
+//! Attribute values and log bodies are JSON, as the WIT defines them (byte strings as
+//! `data:application/octet-stream;base64,...`); a value that is not JSON is kept as text.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use otel_export::opentelemetry as otel;
+use otel_export::opentelemetry_sdk as sdk;
+use wasmtime::component::{HasSelf, Linker};
+
+use super::HostState;
+use crate::InstanceState;
+
+mod bindings {
+    macro_rules! otel_bindgen {
+        ($path:tt) => {
+            wasmtime::component::bindgen!({
+                path: $path,
+                world: "spin-runtime:otel/otel",
+                imports: { default: async | trappable },
+                with: {
+                    "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+                    "wasi:io": wasmtime_wasi::p2::bindings::io,
+                },
+            });
+        };
+    }
+    include!(concat!(env!("OUT_DIR"), "/otel_bindings.rs"));
+}
+
+use bindings::wasi::otel::{logs, metrics, tracing as wtrace, types};
+use wasmtime_wasi::p2::bindings::clocks::wall_clock::Datetime;
+
+/// The interfaces this module links, for the check of a component's imports.
+pub const INTERFACES: &[&str] = &[
+    "wasi:otel/types@0.2.0-rc.2",
+    "wasi:otel/tracing@0.2.0-rc.2",
+    "wasi:otel/logs@0.2.0-rc.2",
+    "wasi:otel/metrics@0.2.0-rc.2",
+];
+
+/// Adds `wasi:otel@0.2.0-rc.2`'s interfaces to `linker`.
+pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
+    fn host(state: &mut InstanceState) -> &mut HostState {
+        &mut state.host
+    }
+    type H = HasSelf<HostState>;
+    types::add_to_linker::<_, H>(linker, host)?;
+    wtrace::add_to_linker::<_, H>(linker, host)?;
+    logs::add_to_linker::<_, H>(linker, host)?;
+    metrics::add_to_linker::<_, H>(linker, host)?;
+    Ok(())
+}
+
+const BYTES_PREFIX: &str = "data:application/octet-stream;base64,";
+
+fn time(d: Datetime) -> SystemTime {
+    UNIX_EPOCH + Duration::new(d.seconds, d.nanoseconds.min(999_999_999))
+}
+
+/// An attribute value: the JSON scalar or homogeneous array the guest encoded, else its
+/// text.
+fn value(json: &str) -> otel::Value {
+    use serde_json::Value as J;
+    let Ok(parsed) = serde_json::from_str::<J>(json) else {
+        return otel::Value::String(json.to_string().into());
+    };
+    let scalar = |v: &J| -> Option<otel::Value> {
+        Some(match v {
+            J::Bool(b) => otel::Value::Bool(*b),
+            J::Number(n) => match n.as_i64() {
+                Some(i) => otel::Value::I64(i),
+                None => otel::Value::F64(n.as_f64()?),
+            },
+            J::String(s) => otel::Value::String(s.clone().into()),
+            _ => return None,
+        })
+    };
+    let array = |items: &[J]| -> Option<otel::Array> {
+        Some(match items.first()? {
+            J::Bool(_) => otel::Array::Bool(items.iter().map(J::as_bool).collect::<Option<_>>()?),
+            J::Number(n) if n.is_i64() => {
+                otel::Array::I64(items.iter().map(J::as_i64).collect::<Option<_>>()?)
+            }
+            J::Number(_) => otel::Array::F64(items.iter().map(J::as_f64).collect::<Option<_>>()?),
+            J::String(_) => otel::Array::String(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(|s| s.to_string().into()))
+                    .collect::<Option<_>>()?,
+            ),
+            _ => return None,
+        })
+    };
+    match &parsed {
+        J::Array(items) => array(items).map(otel::Value::Array),
+        other => scalar(other),
+    }
+    .unwrap_or_else(|| otel::Value::String(json.to_string().into()))
+}
+
+/// A log body: any JSON value, nested (objects become maps, byte strings bytes), else the
+/// text.
+fn any_value(json: &str) -> otel::logs::AnyValue {
+    fn convert(v: serde_json::Value) -> otel::logs::AnyValue {
+        use otel::logs::AnyValue as A;
+        use serde_json::Value as J;
+        match v {
+            J::Null => A::String("null".into()),
+            J::Bool(b) => A::Boolean(b),
+            J::Number(n) => match n.as_i64() {
+                Some(i) => A::Int(i),
+                None => A::Double(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            J::String(s) => match s
+                .strip_prefix(BYTES_PREFIX)
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            {
+                Some(bytes) => A::Bytes(Box::new(bytes)),
+                None => A::String(s.into()),
+            },
+            J::Array(items) => A::ListAny(Box::new(items.into_iter().map(convert).collect())),
+            J::Object(map) => A::Map(Box::new(
+                map.into_iter()
+                    .map(|(k, v)| (otel::Key::from(k), convert(v)))
+                    .collect(),
+            )),
+        }
+    }
+    match serde_json::from_str(json) {
+        Ok(v) => convert(v),
+        Err(_) => otel::logs::AnyValue::String(json.to_string().into()),
+    }
+}
+
+fn key_values(kvs: Vec<types::KeyValue>) -> Vec<otel::KeyValue> {
+    kvs.into_iter()
+        .map(|kv| otel::KeyValue::new(kv.key, value(&kv.value)))
+        .collect()
+}
+
+fn scope(s: types::InstrumentationScope) -> otel::InstrumentationScope {
+    let mut b =
+        otel::InstrumentationScope::builder(s.name).with_attributes(key_values(s.attributes));
+    if let Some(v) = s.version {
+        b = b.with_version(v);
+    }
+    if let Some(u) = s.schema_url {
+        b = b.with_schema_url(u);
+    }
+    b.build()
+}
+
+fn flags(f: wtrace::TraceFlags) -> otel::trace::TraceFlags {
+    if f.contains(wtrace::TraceFlags::SAMPLED) {
+        otel::trace::TraceFlags::SAMPLED
+    } else {
+        otel::trace::TraceFlags::default()
+    }
+}
+
+/// The guest's span context; `None` when its ids are not the hex the WIT asks for.
+fn span_context(sc: wtrace::SpanContext) -> Option<otel::trace::SpanContext> {
+    let trace_id = otel::trace::TraceId::from_hex(&sc.trace_id).ok()?;
+    let span_id = otel::trace::SpanId::from_hex(&sc.span_id).ok()?;
+    let state = otel::trace::TraceState::from_key_value(sc.trace_state).unwrap_or_default();
+    let sc = otel::trace::SpanContext::new(
+        trace_id,
+        span_id,
+        flags(sc.trace_flags),
+        sc.is_remote,
+        state,
+    );
+    sc.is_valid().then_some(sc)
+}
+
+fn to_guest(sc: &otel::trace::SpanContext) -> wtrace::SpanContext {
+    wtrace::SpanContext {
+        trace_id: format!("{:032x}", sc.trace_id()),
+        span_id: format!("{:016x}", sc.span_id()),
+        trace_flags: if sc.trace_flags().is_sampled() {
+            wtrace::TraceFlags::SAMPLED
+        } else {
+            wtrace::TraceFlags::empty()
+        },
+        is_remote: sc.is_remote(),
+        trace_state: sc
+            .trace_state()
+            .header()
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn kind(k: wtrace::SpanKind) -> otel::trace::SpanKind {
+    use otel::trace::SpanKind as K;
+    match k {
+        wtrace::SpanKind::Client => K::Client,
+        wtrace::SpanKind::Server => K::Server,
+        wtrace::SpanKind::Producer => K::Producer,
+        wtrace::SpanKind::Consumer => K::Consumer,
+        wtrace::SpanKind::Internal => K::Internal,
+    }
+}
+
+/// The exported form of a span the guest ended; `None` when its context is not valid.
+fn span_data(s: wtrace::SpanData) -> Option<sdk::trace::SpanData> {
+    let context = span_context(s.span_context)?;
+    let mut events = sdk::trace::SpanEvents::default();
+    events.events = s
+        .events
+        .into_iter()
+        .map(|e| otel::trace::Event::new(e.name, time(e.time), key_values(e.attributes), 0))
+        .collect();
+    events.dropped_count = s.dropped_events;
+    let mut links = sdk::trace::SpanLinks::default();
+    links.links = s
+        .links
+        .into_iter()
+        .filter_map(|l| {
+            Some(otel::trace::Link::new(
+                span_context(l.span_context)?,
+                key_values(l.attributes),
+                0,
+            ))
+        })
+        .collect();
+    links.dropped_count = s.dropped_links;
+    Some(sdk::trace::SpanData {
+        span_context: context,
+        parent_span_id: otel::trace::SpanId::from_hex(&s.parent_span_id)
+            .unwrap_or(otel::trace::SpanId::INVALID),
+        parent_span_is_remote: false,
+        span_kind: kind(s.span_kind),
+        name: Cow::Owned(s.name),
+        start_time: time(s.start_time),
+        end_time: time(s.end_time),
+        attributes: key_values(s.attributes),
+        dropped_attributes_count: s.dropped_attributes,
+        events,
+        links,
+        status: match s.status {
+            wtrace::Status::Unset => otel::trace::Status::Unset,
+            wtrace::Status::Ok => otel::trace::Status::Ok,
+            wtrace::Status::Error(d) => otel::trace::Status::error(d),
+        },
+        instrumentation_scope: scope(s.instrumentation_scope),
+    })
+}
+
+impl types::Host for HostState {}
+
+impl wtrace::Host for HostState {
+    async fn on_start(&mut self, _context: wtrace::SpanContext) -> wasmtime::Result<()> {
+        // Nothing to keep: a span is exported whole when the guest ends it.
+        Ok(())
+    }
+
+    async fn on_end(&mut self, span: wtrace::SpanData) -> wasmtime::Result<()> {
+        if !otel_export::enabled() {
+            return Ok(());
+        }
+        let name = span.name.clone();
+        match span_data(span) {
+            Some(data) => otel_export::guest::export_span(data),
+            None => tracing::debug!(
+                component = %self.component.id,
+                span = %name,
+                "wasi:otel span dropped: its trace or span id is not the hex the WIT asks for"
+            ),
+        }
+        Ok(())
+    }
+
+    async fn outer_span_context(&mut self) -> wasmtime::Result<wtrace::SpanContext> {
+        Ok(to_guest(&otel_export::guest::outer_span_context(
+            self.request_trace.as_ref(),
+        )))
+    }
+}
+
+impl logs::Host for HostState {
+    async fn on_emit(&mut self, data: logs::LogRecord) -> wasmtime::Result<()> {
+        use otel::logs::LogRecord as _;
+        if !otel_export::logs_enabled() {
+            return Ok(());
+        }
+        let scope = data.instrumentation_scope.map(scope).unwrap_or_else(|| {
+            otel::InstrumentationScope::builder(self.component.id.clone()).build()
+        });
+        let component = self.component.id.clone();
+        otel_export::guest::emit_log(scope, move |r| {
+            if let Some(t) = data.timestamp {
+                r.set_timestamp(time(t));
+            }
+            r.set_observed_timestamp(data.observed_timestamp.map_or_else(SystemTime::now, time));
+            let severity = data.severity_number.and_then(otel_export::guest::severity);
+            if let Some(s) = severity {
+                r.set_severity_number(s);
+            }
+            match data.severity_text.as_deref() {
+                Some(text) => match otel_export::guest::severity_name(text) {
+                    Some(name) => r.set_severity_text(name),
+                    None => r.add_attribute("severity_text", text.to_string()),
+                },
+                None => {
+                    if let Some(s) = severity {
+                        r.set_severity_text(s.name());
+                    }
+                }
+            }
+            if let Some(body) = data.body {
+                r.set_body(any_value(&body));
+            }
+            for kv in data.attributes.unwrap_or_default() {
+                r.add_attribute(kv.key, any_value(&kv.value));
+            }
+            // The SDK keeps event names as `&'static str`: a guest's goes in an attribute.
+            if let Some(name) = data.event_name {
+                r.add_attribute("event.name", name);
+            }
+            r.add_attribute("component_id", component);
+            if let (Some(t), Some(s)) = (data.trace_id, data.span_id) {
+                if let (Ok(t), Ok(s)) = (
+                    otel::trace::TraceId::from_hex(&t),
+                    otel::trace::SpanId::from_hex(&s),
+                ) {
+                    r.set_trace_context(t, s, data.trace_flags.map(flags));
+                }
+            }
+        });
+        Ok(())
+    }
+}
+
+impl metrics::Host for HostState {
+    async fn export(
+        &mut self,
+        _metrics: metrics::ResourceMetrics,
+    ) -> wasmtime::Result<Result<(), metrics::Error>> {
+        Ok(Err(
+            "this runtime does not export guest metrics (wasi:otel/metrics); it exports the \
+             spans (wasi:otel/tracing) and log records (wasi:otel/logs) of guests"
+                .to_string(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_values_are_json() {
+        assert_eq!(value("\"bar\""), otel::Value::String("bar".into()));
+        assert_eq!(value("7"), otel::Value::I64(7));
+        assert_eq!(value("1.5"), otel::Value::F64(1.5));
+        assert_eq!(value("true"), otel::Value::Bool(true));
+        assert_eq!(
+            value("[\"a\",\"b\"]"),
+            otel::Value::Array(otel::Array::String(vec!["a".into(), "b".into()]))
+        );
+        // Not JSON, or a mixed array: kept as text.
+        assert_eq!(value("plain"), otel::Value::String("plain".into()));
+        assert_eq!(value("[1,\"x\"]"), otel::Value::String("[1,\"x\"]".into()));
+    }
+
+    #[test]
+    fn log_bodies_nest_and_decode_bytes() {
+        use otel::logs::AnyValue as A;
+        let body = any_value(&format!(
+            "{{\"k\":[1,\"{BYTES_PREFIX}{}\"]}}",
+            base64::engine::general_purpose::STANDARD.encode(b"hi")
+        ));
+        let A::Map(m) = body else { panic!("{body:?}") };
+        assert_eq!(
+            m.get(&otel::Key::from("k")),
+            Some(&A::ListAny(Box::new(vec![
+                A::Int(1),
+                A::Bytes(Box::new(b"hi".to_vec()))
+            ])))
+        );
+    }
+
+    #[test]
+    fn span_contexts_round_trip_and_bad_ids_are_refused() {
+        let guest = wtrace::SpanContext {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: "00f067aa0ba902b7".into(),
+            trace_flags: wtrace::TraceFlags::SAMPLED,
+            is_remote: true,
+            trace_state: vec![("k".into(), "v".into())],
+        };
+        let sc = span_context(guest.clone()).unwrap();
+        let back = to_guest(&sc);
+        assert_eq!(back.trace_id, guest.trace_id);
+        assert_eq!(back.span_id, guest.span_id);
+        assert_eq!(back.trace_state, guest.trace_state);
+        assert!(back.trace_flags.contains(wtrace::TraceFlags::SAMPLED));
+        let bad = wtrace::SpanContext {
+            trace_id: "not-hex".into(),
+            ..guest
+        };
+        assert!(span_context(bad).is_none());
+    }
+}
