@@ -317,7 +317,11 @@ fn kv_stores_default_location_undefined_labels_and_redis() {
         kv::open_definition(l, d).map(std::sync::Arc::new)
     })
     .unwrap();
-    stores.get("default").unwrap().set("k", b"v").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(stores.get("default").unwrap().set("k", b"v"))
+        .unwrap();
     assert!(state.join(kv::DEFAULT_STORE_FILE).is_file());
 
     let used = BTreeSet::from(["other".to_string()]);
@@ -358,7 +362,7 @@ fn sqlite_store_operations_persist_and_stores_are_separate() {
         assert_eq!(b.get("k").unwrap().as_deref(), Some(&b"other"[..]));
         assert_eq!(a.increment("n", 5).unwrap(), 5);
         assert_eq!(a.increment("n", -7).unwrap(), -2);
-        let err = a.increment("k", 1).unwrap_err();
+        let err = a.increment("k", 1).unwrap_err().to_string();
         assert!(err.contains("`k`") && err.contains("64-bit"), "{err}");
         assert!(a.compare_and_swap("c", None, b"1").unwrap());
         assert!(!a.compare_and_swap("c", None, b"2").unwrap());

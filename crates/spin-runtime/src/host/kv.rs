@@ -1,6 +1,13 @@
-//! Key-value stores: SQLite-backed stores (Spin's `type = "spin"`), the runtime config that
-//! declares them, and the guest interfaces `fermyon:spin/key-value@2.0.0` and
-//! `wasi:keyvalue/{store,batch,atomics}@0.2.0-draft2`.
+//! Key-value stores: SQLite (Spin's `type = "spin"`), Redis (`type = "redis"`, see
+//! [`RedisStore`]) and AWS DynamoDB (`type = "aws_dynamo"`, see [`DynamoStore`]), the runtime
+//! config that declares them, and the guest interfaces `fermyon:spin/key-value@2.0.0` (and
+//! Spin 4's `spin:key-value@3.0.0`) and `wasi:keyvalue/{store,batch,atomics}@0.2.0-draft2`.
+//!
+//! Every backend implements [`KeyValueBackend`], whose calls the guest interfaces await: a
+//! guest waiting for its store holds no async worker, and calls of concurrent requests are in
+//! flight together (Redis: one multiplexed connection per store; SQLite: each call on tokio's
+//! blocking pool; DynamoDB: one HTTPS exchange per call). Errors are typed per backend
+//! ([`KvError`]) and reach the guest as `other(message)` naming the store.
 //!
 //! Store `default` lives at `<state dir>/sqlite_key_value.db` (`/.spin/sqlite_key_value.db`
 //! for an app at `/`) unless the runtime config (`/runtime-config.toml`) redefines it:
@@ -27,6 +34,11 @@ use super::bindings::wasi::keyvalue::store as wasi_store;
 use super::bindings::wasi::keyvalue::{atomics as wasi_atomics, batch as wasi_batch};
 use super::HostState;
 
+mod dynamo;
+mod redis_store;
+pub use dynamo::{DynamoDefinition, DynamoKvError, DynamoStore};
+pub use redis_store::{RedisKvError, RedisStore};
+
 /// File name of the default store inside the state directory (as Spin names it).
 pub const DEFAULT_STORE_FILE: &str = "sqlite_key_value.db";
 
@@ -40,6 +52,26 @@ pub enum StoreDefinition {
     Sqlite(Option<PathBuf>),
     /// A Redis server (`url`).
     Redis(String),
+    /// An AWS DynamoDB table (`type = "aws_dynamo"`).
+    Dynamo(DynamoDefinition),
+}
+
+impl StoreDefinition {
+    /// What identifies the backing store within the process, so that a store defined alike
+    /// for several components is opened once and shared; `None` for an in-memory database
+    /// (private to its app).
+    pub fn shared_key(&self) -> Option<PathBuf> {
+        match self {
+            StoreDefinition::Sqlite(path) => path.clone(),
+            StoreDefinition::Redis(url) => Some(PathBuf::from(format!("redis:{url}"))),
+            StoreDefinition::Dynamo(d) => Some(PathBuf::from(format!(
+                "aws_dynamo:{}/{}/{}",
+                d.region,
+                d.table,
+                d.credentials.as_ref().map_or("", |c| c.0.as_str())
+            ))),
+        }
+    }
 }
 
 /// The sections of a runtime config file this runtime reads.
@@ -146,9 +178,41 @@ impl RuntimeConfig {
                             .with_context(|| format!("{origin}: `{key}.url` is missing"))?
                             .to_string(),
                     ),
+                    "aws_dynamo" => {
+                        let required = |name: &str| -> anyhow::Result<String> {
+                            Ok(str_field(name)?
+                                .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
+                                .to_string())
+                        };
+                        let consistent_read = match def.get("consistent_read") {
+                            None => false,
+                            Some(v) => v.as_bool().with_context(|| {
+                                format!("{origin}: `{key}.consistent_read` must be true or false")
+                            })?,
+                        };
+                        let credentials = match (str_field("access_key")?, str_field("secret_key")?)
+                        {
+                            (Some(a), Some(s)) => Some((
+                                a.to_string(),
+                                s.to_string(),
+                                str_field("token")?.map(str::to_string),
+                            )),
+                            (None, None) => None,
+                            _ => anyhow::bail!(
+                                "{origin}: `{key}` has only one of `access_key` and `secret_key`: \
+                                 give both, or neither to use the environment's AWS credentials"
+                            ),
+                        };
+                        StoreDefinition::Dynamo(DynamoDefinition {
+                            table: required("table")?,
+                            region: required("region")?,
+                            consistent_read,
+                            credentials,
+                        })
+                    }
                     other => anyhow::bail!(
                         "{origin}: `{key}.type` = \"{other}\" is not supported; use \"spin\" \
-                         (SQLite)"
+                         (SQLite), \"redis\" or \"aws_dynamo\""
                     ),
                 };
                 config.key_value_stores.insert(label.clone(), store);
@@ -204,16 +268,23 @@ impl SqliteStore {
     fn with_conn<T>(
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, String> {
+    ) -> Result<T, KvError> {
         let mut conn = self
             .conn
             .lock()
-            .map_err(|_| format!("key-value store `{}` is unusable", self.label))?;
-        f(&mut conn).map_err(|e| format!("key-value store `{}`: {e}", self.label))
+            .map_err(|_| self.error(SqliteKvError::Poisoned))?;
+        f(&mut conn).map_err(|e| self.error(SqliteKvError::Sql(e)))
+    }
+
+    fn error(&self, source: SqliteKvError) -> KvError {
+        KvError::Sqlite {
+            label: self.label.clone(),
+            source,
+        }
     }
 
     /// The value of `key`, if any.
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
         self.with_conn(|c| {
             c.prepare_cached("SELECT value FROM spin_key_value WHERE store = ?1 AND key = ?2")?
                 .query_row(params![self.label, key], |row| row.get(0))
@@ -222,7 +293,7 @@ impl SqliteStore {
     }
 
     /// Sets `key` to `value`.
-    pub fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
+    pub fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
         self.with_conn(|c| {
             c.prepare_cached(
                 "INSERT INTO spin_key_value (store, key, value) VALUES (?1, ?2, ?3)
@@ -234,7 +305,7 @@ impl SqliteStore {
     }
 
     /// Removes `key` (no error if absent).
-    pub fn delete(&self, key: &str) -> Result<(), String> {
+    pub fn delete(&self, key: &str) -> Result<(), KvError> {
         self.with_conn(|c| {
             c.prepare_cached("DELETE FROM spin_key_value WHERE store = ?1 AND key = ?2")?
                 .execute(params![self.label, key])
@@ -243,7 +314,7 @@ impl SqliteStore {
     }
 
     /// Whether `key` has a value.
-    pub fn exists(&self, key: &str) -> Result<bool, String> {
+    pub fn exists(&self, key: &str) -> Result<bool, KvError> {
         self.with_conn(|c| {
             c.prepare_cached("SELECT 1 FROM spin_key_value WHERE store = ?1 AND key = ?2")?
                 .exists(params![self.label, key])
@@ -251,7 +322,7 @@ impl SqliteStore {
     }
 
     /// All keys, sorted.
-    pub fn keys(&self) -> Result<Vec<String>, String> {
+    pub fn keys(&self) -> Result<Vec<String>, KvError> {
         self.with_conn(|c| {
             c.prepare_cached("SELECT key FROM spin_key_value WHERE store = ?1 ORDER BY key")?
                 .query_map(params![self.label], |row| row.get(0))?
@@ -260,7 +331,7 @@ impl SqliteStore {
     }
 
     /// Adds `delta` to the integer at `key` (absent: 0), stored as 8 little-endian bytes.
-    pub fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
+    pub fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
         let label = self.label.clone();
         let mut bad_value = None;
         let result = self.with_conn(|c| {
@@ -292,10 +363,10 @@ impl SqliteStore {
             Ok(new)
         })?;
         match bad_value {
-            Some(len) => Err(format!(
-                "key-value store `{label}`: key `{key}` holds {len} bytes, not a 64-bit \
-                 integer (8 little-endian bytes)"
-            )),
+            Some(len) => Err(self.error(SqliteKvError::NotAnInteger {
+                key: key.to_string(),
+                len,
+            })),
             None => Ok(result),
         }
     }
@@ -306,7 +377,7 @@ impl SqliteStore {
         key: &str,
         expected: Option<&[u8]>,
         value: &[u8],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, KvError> {
         let label = self.label.clone();
         self.with_conn(|c| {
             let tx = c.transaction()?;
@@ -373,184 +444,169 @@ impl KvStores {
     }
 }
 
-/// Opens the store `label` as `def` says.
-pub fn open_definition(label: &str, def: &StoreDefinition) -> anyhow::Result<KvStore> {
-    match def {
-        StoreDefinition::Sqlite(path) => {
-            Ok(KvStore::Sqlite(SqliteStore::open(label, path.as_deref())?))
-        }
-        StoreDefinition::Redis(url) => Ok(KvStore::Redis(RedisStore::open(label, url)?)),
+/// Why a SQLite store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteKvError {
+    /// SQLite refused the statement (e.g. the database file is locked or read-only).
+    #[error("{0}")]
+    Sql(#[source] rusqlite::Error),
+    /// `increment` found a value that is not a 64-bit integer.
+    #[error("key `{key}` holds {len} bytes, not a 64-bit integer (8 little-endian bytes)")]
+    NotAnInteger {
+        /// The key.
+        key: String,
+        /// The length of its value.
+        len: usize,
+    },
+    /// An earlier call panicked while holding the connection.
+    #[error("the store's connection is unusable after an earlier call failed inside SQLite")]
+    Poisoned,
+    /// The blocking thread running the call ended without an answer.
+    #[error("the SQLite call did not finish: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
+/// Why a key-value store call failed: the store's label and its backend's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    /// A `type = "spin"` (SQLite) store.
+    #[error("key-value store `{label}`: {source}")]
+    Sqlite {
+        /// The store's label.
+        label: String,
+        /// What failed.
+        source: SqliteKvError,
+    },
+    /// A `type = "redis"` store.
+    #[error("key-value store `{label}`: {source}")]
+    Redis {
+        /// The store's label.
+        label: String,
+        /// What failed.
+        source: RedisKvError,
+    },
+    /// A `type = "aws_dynamo"` store.
+    #[error("key-value store `{label}`: {source}")]
+    Dynamo {
+        /// The store's label.
+        label: String,
+        /// What failed.
+        source: DynamoKvError,
+    },
+}
+
+/// The operations every key-value backend provides; the guest interfaces await them, so a
+/// call waiting for its backend holds no async worker.
+#[async_trait::async_trait]
+pub trait KeyValueBackend: Send + Sync + std::fmt::Debug {
+    /// The value of `key`, if any.
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError>;
+    /// Sets `key` to `value`.
+    async fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError>;
+    /// Removes `key` (absent is fine).
+    async fn delete(&self, key: &str) -> Result<(), KvError>;
+    /// Whether `key` has a value.
+    async fn exists(&self, key: &str) -> Result<bool, KvError>;
+    /// Every key of the store.
+    async fn keys(&self) -> Result<Vec<String>, KvError>;
+    /// Adds `delta` to the integer at `key` (absent: 0).
+    async fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError>;
+    /// Sets `key` to `value` only if its value is still `expected`; returns whether it did.
+    async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, KvError>;
+}
+
+/// A SQLite store called from async code: every call runs on tokio's blocking pool, off the
+/// async workers.
+#[derive(Debug)]
+struct BlockingSqlite(Arc<SqliteStore>);
+
+impl BlockingSqlite {
+    async fn run<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&SqliteStore) -> Result<T, KvError> + Send + 'static,
+    ) -> Result<T, KvError> {
+        let store = self.0.clone();
+        tokio::task::spawn_blocking(move || call(&store))
+            .await
+            .map_err(|e| self.0.error(SqliteKvError::Task(e)))?
     }
 }
 
-/// An open key-value store of either type Spin's runtime config offers.
-#[derive(Debug)]
-pub enum KvStore {
-    /// `type = "spin"`.
-    Sqlite(SqliteStore),
-    /// `type = "redis"`.
-    Redis(RedisStore),
+#[async_trait::async_trait]
+impl KeyValueBackend for BlockingSqlite {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, KvError> {
+        let key = key.to_string();
+        self.run(move |s| s.get(&key)).await
+    }
+    async fn set(&self, key: &str, value: &[u8]) -> Result<(), KvError> {
+        let (key, value) = (key.to_string(), value.to_vec());
+        self.run(move |s| s.set(&key, &value)).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), KvError> {
+        let key = key.to_string();
+        self.run(move |s| s.delete(&key)).await
+    }
+    async fn exists(&self, key: &str) -> Result<bool, KvError> {
+        let key = key.to_string();
+        self.run(move |s| s.exists(&key)).await
+    }
+    async fn keys(&self) -> Result<Vec<String>, KvError> {
+        self.run(SqliteStore::keys).await
+    }
+    async fn increment(&self, key: &str, delta: i64) -> Result<i64, KvError> {
+        let key = key.to_string();
+        self.run(move |s| s.increment(&key, delta)).await
+    }
+    async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<bool, KvError> {
+        let (key, expected, value) = (
+            key.to_string(),
+            expected.map(<[u8]>::to_vec),
+            value.to_vec(),
+        );
+        self.run(move |s| s.compare_and_swap(&key, expected.as_deref(), &value))
+            .await
+    }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $e:expr) => {
-        match $self {
-            KvStore::Sqlite($s) => $e,
-            KvStore::Redis($s) => $e,
-        }
-    };
-}
+/// An open key-value store of any type the runtime config offers; its operations are
+/// [`KeyValueBackend`]'s.
+#[derive(Debug)]
+pub struct KvStore(Box<dyn KeyValueBackend>);
 
 impl KvStore {
-    /// The value of `key`, if any.
-    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
-        delegate!(self, s => s.get(key))
-    }
-    /// Sets `key` to `value`.
-    pub fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
-        delegate!(self, s => s.set(key, value))
-    }
-    /// Removes `key` (absent is fine).
-    pub fn delete(&self, key: &str) -> Result<(), String> {
-        delegate!(self, s => s.delete(key))
-    }
-    /// Whether `key` has a value.
-    pub fn exists(&self, key: &str) -> Result<bool, String> {
-        delegate!(self, s => s.exists(key))
-    }
-    /// Every key of the store.
-    pub fn keys(&self) -> Result<Vec<String>, String> {
-        delegate!(self, s => s.keys())
-    }
-    /// Adds `delta` to the integer at `key` (absent: 0).
-    pub fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
-        delegate!(self, s => s.increment(key, delta))
-    }
-    /// Sets `key` to `value` only if its value is still `expected`; returns whether it did.
-    pub fn compare_and_swap(
-        &self,
-        key: &str,
-        expected: Option<&[u8]>,
-        value: &[u8],
-    ) -> Result<bool, String> {
-        delegate!(self, s => s.compare_and_swap(key, expected, value))
+    /// A store served by `backend`.
+    pub fn new(backend: impl KeyValueBackend + 'static) -> Self {
+        KvStore(Box::new(backend))
     }
 }
 
-/// A store kept in a Redis server (`[key_value_store.<label>] type = "redis"`,
-/// `url = "redis://..."`, or `rediss://` over TLS verified with
-/// [`super::tls::trust_store`]), as Spin's key-value-redis does it: keys as they are, values as
-/// bytes, `KEYS *` for the key list, `INCRBY` for increments (Redis integers, as text),
-/// `WATCH`/`MULTI` for compare-and-swap. One connection, reopened after an error.
-pub struct RedisStore {
-    label: String,
-    client: redis::Client,
-    conn: Mutex<Option<redis::Connection>>,
-}
-
-impl std::fmt::Debug for RedisStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may hold a password: the label only.
-        f.debug_struct("RedisStore")
-            .field("label", &self.label)
-            .finish()
+impl std::ops::Deref for KvStore {
+    type Target = dyn KeyValueBackend;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
     }
 }
 
-/// How long connecting to a store's Redis server may take.
-const REDIS_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl RedisStore {
-    /// Checks the URL; connects on first use (the server may start after the app).
-    pub fn open(label: &str, url: &str) -> anyhow::Result<Self> {
-        let client =
-            super::tls::redis_client(url, &super::tls::trust_store().data).map_err(|e| {
-                anyhow::anyhow!(
-                    "key-value store `{label}`: `url` is not a usable Redis URL ({e}): use \
-                 redis://[user:password@]host[:port][/db], or rediss:// for TLS (verified \
-                 with the platform's trust store: SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs)"
-                )
-            })?;
-        Ok(RedisStore {
-            label: label.to_string(),
-            client,
-            conn: Mutex::new(None),
-        })
-    }
-
-    fn with_conn<T>(
-        &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T, String> {
-        let mut guard = self
-            .conn
-            .lock()
-            .map_err(|_| format!("key-value store `{}` is unusable", self.label))?;
-        if guard.is_none() {
-            let c = self
-                .client
-                .get_connection_with_timeout(REDIS_CONNECT_TIMEOUT)
-                .map_err(|e| {
-                    format!(
-                        "key-value store `{}`: cannot connect to Redis: {e}",
-                        self.label
-                    )
-                })?;
-            *guard = Some(c);
-        }
-        let conn = guard.as_mut().expect("connected above");
-        match f(conn) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    *guard = None;
-                }
-                Err(format!("key-value store `{}`: {e}", self.label))
-            }
-        }
-    }
-
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
-        self.with_conn(|c| redis::cmd("GET").arg(key).query(c))
-    }
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), String> {
-        self.with_conn(|c| redis::cmd("SET").arg(key).arg(value).query(c))
-    }
-    fn delete(&self, key: &str) -> Result<(), String> {
-        self.with_conn(|c| redis::cmd("DEL").arg(key).query::<i64>(c).map(|_| ()))
-    }
-    fn exists(&self, key: &str) -> Result<bool, String> {
-        self.with_conn(|c| redis::cmd("EXISTS").arg(key).query(c))
-    }
-    fn keys(&self) -> Result<Vec<String>, String> {
-        self.with_conn(|c| redis::cmd("KEYS").arg("*").query(c))
-    }
-    fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
-        self.with_conn(|c| redis::cmd("INCRBY").arg(key).arg(delta).query(c))
-    }
-    fn compare_and_swap(
-        &self,
-        key: &str,
-        expected: Option<&[u8]>,
-        value: &[u8],
-    ) -> Result<bool, String> {
-        self.with_conn(|c| {
-            redis::cmd("WATCH").arg(key).query::<()>(c)?;
-            let current: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(c)?;
-            if current.as_deref() != expected {
-                redis::cmd("UNWATCH").query::<()>(c)?;
-                return Ok(false);
-            }
-            // EXEC answers nil when the watched key changed meanwhile.
-            let done: Option<Vec<redis::Value>> = redis::pipe()
-                .atomic()
-                .cmd("SET")
-                .arg(key)
-                .arg(value)
-                .query(c)?;
-            Ok(done.is_some())
-        })
-    }
+/// Opens the store `label` as `def` says.
+pub fn open_definition(label: &str, def: &StoreDefinition) -> anyhow::Result<KvStore> {
+    Ok(match def {
+        StoreDefinition::Sqlite(path) => KvStore::new(BlockingSqlite(Arc::new(SqliteStore::open(
+            label,
+            path.as_deref(),
+        )?))),
+        StoreDefinition::Redis(url) => KvStore::new(RedisStore::open(label, url)?),
+        StoreDefinition::Dynamo(d) => KvStore::new(DynamoStore::open(label, d)?),
+    })
 }
 
 /// Why a component cannot open a store.
@@ -606,15 +662,9 @@ impl HostState {
         }
     }
 
-    /// Runs `op` on the store behind a guest handle; store errors become `err(message)`.
-    fn on_store<T, E>(
-        &mut self,
-        handle: &Resource<StoreHandle>,
-        err: fn(String) -> E,
-        op: impl FnOnce(&KvStore) -> Result<T, String>,
-    ) -> wasmtime::Result<Result<T, E>> {
-        let store = self.table().get(handle)?.0.clone();
-        Ok(op(&store).map_err(err))
+    /// The store behind a guest handle (awaited after this borrow of the instance ends).
+    fn store_of(&mut self, handle: &Resource<StoreHandle>) -> wasmtime::Result<Arc<KvStore>> {
+        Ok(self.table().get(handle)?.0.clone())
     }
 
     fn close_store(&mut self, handle: Resource<StoreHandle>) -> wasmtime::Result<()> {
@@ -627,10 +677,18 @@ impl HostState {
 type SpinResult<T> = wasmtime::Result<Result<T, spin_kv::Error>>;
 type Handle = Resource<StoreHandle>;
 
+/// A store's error as the guest sees it.
+fn spin_err(e: KvError) -> spin_kv::Error {
+    spin_kv::Error::Other(e.to_string())
+}
+fn wasi_err(e: KvError) -> wasi_store::Error {
+    wasi_store::Error::Other(e.to_string())
+}
+
 impl spin_kv::Host for HostState {}
 
 impl spin_kv::HostStore for HostState {
-    fn open(&mut self, label: String) -> SpinResult<Handle> {
+    async fn open(&mut self, label: String) -> SpinResult<Handle> {
         self.open_handle(&label, |e| match e {
             OpenError::AccessDenied => spin_kv::Error::AccessDenied,
             OpenError::NoSuchStore => spin_kv::Error::NoSuchStore,
@@ -638,27 +696,31 @@ impl spin_kv::HostStore for HostState {
         })
     }
 
-    fn get(&mut self, this: Handle, key: String) -> SpinResult<Option<Vec<u8>>> {
-        self.on_store(&this, spin_kv::Error::Other, |s| s.get(&key))
+    async fn get(&mut self, this: Handle, key: String) -> SpinResult<Option<Vec<u8>>> {
+        Ok(self.store_of(&this)?.get(&key).await.map_err(spin_err))
     }
 
-    fn set(&mut self, this: Handle, key: String, value: Vec<u8>) -> SpinResult<()> {
-        self.on_store(&this, spin_kv::Error::Other, |s| s.set(&key, &value))
+    async fn set(&mut self, this: Handle, key: String, value: Vec<u8>) -> SpinResult<()> {
+        Ok(self
+            .store_of(&this)?
+            .set(&key, &value)
+            .await
+            .map_err(spin_err))
     }
 
-    fn delete(&mut self, this: Handle, key: String) -> SpinResult<()> {
-        self.on_store(&this, spin_kv::Error::Other, |s| s.delete(&key))
+    async fn delete(&mut self, this: Handle, key: String) -> SpinResult<()> {
+        Ok(self.store_of(&this)?.delete(&key).await.map_err(spin_err))
     }
 
-    fn exists(&mut self, this: Handle, key: String) -> SpinResult<bool> {
-        self.on_store(&this, spin_kv::Error::Other, |s| s.exists(&key))
+    async fn exists(&mut self, this: Handle, key: String) -> SpinResult<bool> {
+        Ok(self.store_of(&this)?.exists(&key).await.map_err(spin_err))
     }
 
-    fn get_keys(&mut self, this: Handle) -> SpinResult<Vec<String>> {
-        self.on_store(&this, spin_kv::Error::Other, KvStore::keys)
+    async fn get_keys(&mut self, this: Handle) -> SpinResult<Vec<String>> {
+        Ok(self.store_of(&this)?.keys().await.map_err(spin_err))
     }
 
-    fn drop(&mut self, this: Handle) -> wasmtime::Result<()> {
+    async fn drop(&mut self, this: Handle) -> wasmtime::Result<()> {
         self.close_store(this)
     }
 }
@@ -666,7 +728,7 @@ impl spin_kv::HostStore for HostState {
 type WasiResult<T> = wasmtime::Result<Result<T, wasi_store::Error>>;
 
 impl wasi_store::Host for HostState {
-    fn open(&mut self, identifier: String) -> WasiResult<Handle> {
+    async fn open(&mut self, identifier: String) -> WasiResult<Handle> {
         self.open_handle(&identifier, |e| match e {
             OpenError::AccessDenied => wasi_store::Error::AccessDenied,
             OpenError::NoSuchStore => wasi_store::Error::NoSuchStore,
@@ -678,87 +740,112 @@ impl wasi_store::Host for HostState {
 }
 
 impl wasi_store::HostBucket for HostState {
-    fn get(&mut self, this: Handle, key: String) -> WasiResult<Option<Vec<u8>>> {
-        self.on_store(&this, wasi_store::Error::Other, |s| s.get(&key))
+    async fn get(&mut self, this: Handle, key: String) -> WasiResult<Option<Vec<u8>>> {
+        Ok(self.store_of(&this)?.get(&key).await.map_err(wasi_err))
     }
 
-    fn set(&mut self, this: Handle, key: String, value: Vec<u8>) -> WasiResult<()> {
-        self.on_store(&this, wasi_store::Error::Other, |s| s.set(&key, &value))
+    async fn set(&mut self, this: Handle, key: String, value: Vec<u8>) -> WasiResult<()> {
+        Ok(self
+            .store_of(&this)?
+            .set(&key, &value)
+            .await
+            .map_err(wasi_err))
     }
 
-    fn delete(&mut self, this: Handle, key: String) -> WasiResult<()> {
-        self.on_store(&this, wasi_store::Error::Other, |s| s.delete(&key))
+    async fn delete(&mut self, this: Handle, key: String) -> WasiResult<()> {
+        Ok(self.store_of(&this)?.delete(&key).await.map_err(wasi_err))
     }
 
-    fn exists(&mut self, this: Handle, key: String) -> WasiResult<bool> {
-        self.on_store(&this, wasi_store::Error::Other, |s| s.exists(&key))
+    async fn exists(&mut self, this: Handle, key: String) -> WasiResult<bool> {
+        Ok(self.store_of(&this)?.exists(&key).await.map_err(wasi_err))
     }
 
-    fn list_keys(
+    async fn list_keys(
         &mut self,
         this: Handle,
         cursor: Option<String>,
     ) -> WasiResult<wasi_store::KeyResponse> {
         // One page holds every key after the cursor (keys are sorted); no next cursor.
-        self.on_store(&this, wasi_store::Error::Other, |s| {
-            let keys = s.keys()?;
-            let keys = match cursor {
-                Some(after) => keys.into_iter().filter(|k| *k > after).collect(),
-                None => keys,
-            };
-            Ok(wasi_store::KeyResponse { keys, cursor: None })
-        })
+        let keys = match self.store_of(&this)?.keys().await {
+            Ok(keys) => keys,
+            Err(e) => return Ok(Err(wasi_err(e))),
+        };
+        let keys = match cursor {
+            Some(after) => keys.into_iter().filter(|k| *k > after).collect(),
+            None => keys,
+        };
+        Ok(Ok(wasi_store::KeyResponse { keys, cursor: None }))
     }
 
-    fn drop(&mut self, this: Handle) -> wasmtime::Result<()> {
+    async fn drop(&mut self, this: Handle) -> wasmtime::Result<()> {
         self.close_store(this)
     }
 }
 
 impl wasi_batch::Host for HostState {
-    fn get_many(
+    async fn get_many(
         &mut self,
         bucket: Handle,
         keys: Vec<String>,
     ) -> WasiResult<Vec<(String, Option<Vec<u8>>)>> {
-        self.on_store(&bucket, wasi_store::Error::Other, |s| {
-            keys.into_iter()
-                .map(|key| s.get(&key).map(|value| (key, value)))
-                .collect()
-        })
+        let store = self.store_of(&bucket)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            match store.get(&key).await {
+                Ok(value) => out.push((key, value)),
+                Err(e) => return Ok(Err(wasi_err(e))),
+            }
+        }
+        Ok(Ok(out))
     }
 
-    fn set_many(&mut self, bucket: Handle, key_values: Vec<(String, Vec<u8>)>) -> WasiResult<()> {
-        self.on_store(&bucket, wasi_store::Error::Other, |s| {
-            key_values.iter().try_for_each(|(k, v)| s.set(k, v))
-        })
+    async fn set_many(
+        &mut self,
+        bucket: Handle,
+        key_values: Vec<(String, Vec<u8>)>,
+    ) -> WasiResult<()> {
+        let store = self.store_of(&bucket)?;
+        for (k, v) in &key_values {
+            if let Err(e) = store.set(k, v).await {
+                return Ok(Err(wasi_err(e)));
+            }
+        }
+        Ok(Ok(()))
     }
 
-    fn delete_many(&mut self, bucket: Handle, keys: Vec<String>) -> WasiResult<()> {
-        self.on_store(&bucket, wasi_store::Error::Other, |s| {
-            keys.iter().try_for_each(|k| s.delete(k))
-        })
+    async fn delete_many(&mut self, bucket: Handle, keys: Vec<String>) -> WasiResult<()> {
+        let store = self.store_of(&bucket)?;
+        for k in &keys {
+            if let Err(e) = store.delete(k).await {
+                return Ok(Err(wasi_err(e)));
+            }
+        }
+        Ok(Ok(()))
     }
 }
 
 impl wasi_atomics::Host for HostState {
-    fn increment(&mut self, bucket: Handle, key: String, delta: i64) -> WasiResult<i64> {
-        self.on_store(&bucket, wasi_store::Error::Other, |s| {
-            s.increment(&key, delta)
-        })
+    async fn increment(&mut self, bucket: Handle, key: String, delta: i64) -> WasiResult<i64> {
+        Ok(self
+            .store_of(&bucket)?
+            .increment(&key, delta)
+            .await
+            .map_err(wasi_err))
     }
 
-    fn swap(
+    async fn swap(
         &mut self,
         cas: Resource<Cas>,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), wasi_atomics::CasError>> {
-        let swapped = {
+        let (store, key, current) = {
             let c = self.table().get(&cas)?;
-            c.store
-                .compare_and_swap(&c.key, c.current.as_deref(), &value)
+            (c.store.clone(), c.key.clone(), c.current.clone())
         };
-        match swapped {
+        match store
+            .compare_and_swap(&key, current.as_deref(), &value)
+            .await
+        {
             Ok(true) => {
                 self.table().delete(cas)?;
                 Ok(Ok(()))
@@ -767,32 +854,30 @@ impl wasi_atomics::Host for HostState {
             Ok(false) => Ok(Err(wasi_atomics::CasError::CasFailed(cas))),
             Err(e) => {
                 self.table().delete(cas)?;
-                Ok(Err(wasi_atomics::CasError::StoreError(
-                    wasi_store::Error::Other(e),
-                )))
+                Ok(Err(wasi_atomics::CasError::StoreError(wasi_err(e))))
             }
         }
     }
 }
 
 impl wasi_atomics::HostCas for HostState {
-    fn new(&mut self, bucket: Handle, key: String) -> WasiResult<Resource<Cas>> {
-        let store = self.table().get(&bucket)?.0.clone();
-        match store.get(&key) {
+    async fn new(&mut self, bucket: Handle, key: String) -> WasiResult<Resource<Cas>> {
+        let store = self.store_of(&bucket)?;
+        match store.get(&key).await {
             Ok(current) => Ok(Ok(self.table().push(Cas {
                 store,
                 key,
                 current,
             })?)),
-            Err(e) => Ok(Err(wasi_store::Error::Other(e))),
+            Err(e) => Ok(Err(wasi_err(e))),
         }
     }
 
-    fn current(&mut self, this: Resource<Cas>) -> WasiResult<Option<Vec<u8>>> {
+    async fn current(&mut self, this: Resource<Cas>) -> WasiResult<Option<Vec<u8>>> {
         Ok(Ok(self.table().get(&this)?.current.clone()))
     }
 
-    fn drop(&mut self, this: Resource<Cas>) -> wasmtime::Result<()> {
+    async fn drop(&mut self, this: Resource<Cas>) -> wasmtime::Result<()> {
         self.table().delete(this)?;
         Ok(())
     }
@@ -807,7 +892,7 @@ impl wasi_atomics::HostCas for HostState {
 mod v3 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
-    use super::{spin_kv, KvStore, OpenError, StoreHandle};
+    use super::{spin_err, spin_kv, OpenError, StoreHandle};
     use crate::host::{stream_and_future, with_host, Accessor};
 
     type Error = spin_kv::Error;
@@ -831,7 +916,8 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
-        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.get(&key)))
+        let store = with_host(acc, |h| h.store_of(&this))?;
+        Ok(store.get(&key).await.map_err(spin_err))
     }
 
     pub(super) async fn set(
@@ -840,9 +926,8 @@ mod v3 {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), Error>> {
-        with_host(acc, |h| {
-            h.on_store(&this, Error::Other, |s| s.set(&key, &value))
-        })
+        let store = with_host(acc, |h| h.store_of(&this))?;
+        Ok(store.set(&key, &value).await.map_err(spin_err))
     }
 
     pub(super) async fn delete(
@@ -850,7 +935,8 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<(), Error>> {
-        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.delete(&key)))
+        let store = with_host(acc, |h| h.store_of(&this))?;
+        Ok(store.delete(&key).await.map_err(spin_err))
     }
 
     pub(super) async fn exists(
@@ -858,15 +944,16 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<bool, Error>> {
-        with_host(acc, |h| h.on_store(&this, Error::Other, |s| s.exists(&key)))
+        let store = with_host(acc, |h| h.store_of(&this))?;
+        Ok(store.exists(&key).await.map_err(spin_err))
     }
 
     pub(super) async fn get_keys(
         acc: &Accessor,
         this: Handle,
     ) -> wasmtime::Result<(StreamReader<String>, FutureReader<Result<(), Error>>)> {
-        let keys = with_host(acc, |h| h.on_store(&this, Error::Other, KvStore::keys))?;
-        match keys {
+        let store = with_host(acc, |h| h.store_of(&this))?;
+        match store.keys().await.map_err(spin_err) {
             Ok(keys) => stream_and_future(acc, keys, Ok(())),
             Err(e) => stream_and_future(acc, Vec::new(), Err(e)),
         }

@@ -127,6 +127,7 @@ macro_rules! host_resource {
     };
 }
 
+pub mod aws_json;
 pub mod kv;
 pub mod llm;
 pub mod mqtt;
@@ -151,7 +152,7 @@ use wasmtime::component::{HasSelf, ResourceTable};
 
 use crate::app::{App, Component};
 use crate::{HostContext, InstanceState};
-use kv::{KvStore, KvStores, RuntimeConfig, StoreDefinition};
+use kv::{KvStore, KvStores, RuntimeConfig};
 use outbound::AllowedHosts;
 use variables::ComponentValue;
 
@@ -167,6 +168,10 @@ pub mod bindings {
                 world: "spin-runtime:host/host",
                 imports: {
                     "fermyon:spin/redis@2.0.0": async | trappable | tracing,
+                    "fermyon:spin/key-value@2.0.0": async | trappable | tracing,
+                    "wasi:keyvalue/store@0.2.0-draft2": async | trappable | tracing,
+                    "wasi:keyvalue/batch@0.2.0-draft2": async | trappable | tracing,
+                    "wasi:keyvalue/atomics@0.2.0-draft2": async | trappable | tracing,
                     "fermyon:spin/sqlite@2.0.0": async | trappable | tracing,
                     "spin:sqlite/sqlite@3.0.0": async | trappable | tracing,
                     "fermyon:spin/postgres@2.0.0": async | trappable | tracing,
@@ -514,11 +519,9 @@ fn open_shared_stores(
     registry.retain(|_, weak| weak.strong_count() > 0);
     KvStores::open_with(labels, state_dir, runtime, |label, def| {
         // In-memory stores are identified by the app they belong to.
-        let key_path = match def {
-            StoreDefinition::Sqlite(Some(path)) => path.clone(),
-            StoreDefinition::Redis(url) => PathBuf::from(format!("redis:{url}")),
-            StoreDefinition::Sqlite(None) => app_dir.join(":memory:"),
-        };
+        let key_path = def
+            .shared_key()
+            .unwrap_or_else(|| app_dir.join(":memory:"));
         let key = (key_path, label.to_string());
         if let Some(store) = registry.get(&key).and_then(Weak::upgrade) {
             return Ok(store);

@@ -48,60 +48,53 @@ fn conv<T>(r: wasmtime::Result<Result<T, v2::Error>>) -> R<T> {
     Ok((r?.map_err(Error::from),))
 }
 
+/// Defines `$name` as an async host function over the 2.0.0 store (the guest waits on its
+/// fiber while the store's backend answers).
+macro_rules! kv_func {
+    ($inst:expr, $name:literal, ($($arg:ident : $ty:ty),*) -> $out:ty, |$h:ident| $body:expr) => {
+        $inst.func_wrap_async(
+            $name,
+            |mut s: StoreContextMut<'_, InstanceState>, ($($arg,)*): ($($ty,)*)| {
+                Box::new(async move {
+                    let $h = &mut s.data_mut().host;
+                    let r: $out = $body;
+                    r
+                })
+            },
+        )?
+    };
+}
+
 /// Links `fermyon:spin/key-value` (unversioned).
 pub(super) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<InstanceState>,
 ) -> anyhow::Result<()> {
-    type S<'a> = StoreContextMut<'a, InstanceState>;
     let mut i = linker.instance("fermyon:spin/key-value")?;
-    i.func_wrap("open", |mut s: S<'_>, (name,): (String,)| -> R<u32> {
-        let r = HostStore::open(&mut s.data_mut().host, name)?;
+    kv_func!(i, "open", (name: String) -> R<u32>, |h| {
+        let r = HostStore::open(h, name).await?;
         Ok((r.map(|h| h.rep()).map_err(Error::from),))
-    })?;
-    i.func_wrap(
-        "get",
-        |mut s: S<'_>, (st, key): (u32, String)| -> R<Vec<u8>> {
-            match HostStore::get(&mut s.data_mut().host, borrow(st), key)? {
-                Ok(Some(v)) => Ok((Ok(v),)),
-                Ok(None) => Ok((Err(Error::NoSuchKey),)),
-                Err(e) => Ok((Err(e.into()),)),
-            }
-        },
-    )?;
-    i.func_wrap(
-        "set",
-        |mut s: S<'_>, (st, key, value): (u32, String, Vec<u8>)| -> R<()> {
-            conv(HostStore::set(
-                &mut s.data_mut().host,
-                borrow(st),
-                key,
-                value,
-            ))
-        },
-    )?;
-    i.func_wrap(
-        "delete",
-        |mut s: S<'_>, (st, key): (u32, String)| -> R<()> {
-            conv(HostStore::delete(&mut s.data_mut().host, borrow(st), key))
-        },
-    )?;
-    i.func_wrap(
-        "exists",
-        |mut s: S<'_>, (st, key): (u32, String)| -> R<bool> {
-            conv(HostStore::exists(&mut s.data_mut().host, borrow(st), key))
-        },
-    )?;
-    i.func_wrap(
-        "get-keys",
-        |mut s: S<'_>, (st,): (u32,)| -> R<Vec<String>> {
-            conv(HostStore::get_keys(&mut s.data_mut().host, borrow(st)))
-        },
-    )?;
-    i.func_wrap(
-        "close",
-        |mut s: S<'_>, (st,): (u32,)| -> wasmtime::Result<()> {
-            HostStore::drop(&mut s.data_mut().host, Resource::new_own(st))
-        },
-    )?;
+    });
+    kv_func!(i, "get", (st: u32, key: String) -> R<Vec<u8>>, |h| {
+        match HostStore::get(h, borrow(st), key).await? {
+            Ok(Some(v)) => Ok((Ok(v),)),
+            Ok(None) => Ok((Err(Error::NoSuchKey),)),
+            Err(e) => Ok((Err(e.into()),)),
+        }
+    });
+    kv_func!(i, "set", (st: u32, key: String, value: Vec<u8>) -> R<()>, |h| {
+        conv(HostStore::set(h, borrow(st), key, value).await)
+    });
+    kv_func!(i, "delete", (st: u32, key: String) -> R<()>, |h| {
+        conv(HostStore::delete(h, borrow(st), key).await)
+    });
+    kv_func!(i, "exists", (st: u32, key: String) -> R<bool>, |h| {
+        conv(HostStore::exists(h, borrow(st), key).await)
+    });
+    kv_func!(i, "get-keys", (st: u32) -> R<Vec<String>>, |h| {
+        conv(HostStore::get_keys(h, borrow(st)).await)
+    });
+    kv_func!(i, "close", (st: u32) -> wasmtime::Result<()>, |h| {
+        HostStore::drop(h, Resource::new_own(st)).await
+    });
     Ok(())
 }
