@@ -519,9 +519,7 @@ fn open_shared_stores(
     registry.retain(|_, weak| weak.strong_count() > 0);
     KvStores::open_with(labels, state_dir, runtime, |label, def| {
         // In-memory stores are identified by the app they belong to.
-        let key_path = def
-            .shared_key()
-            .unwrap_or_else(|| app_dir.join(":memory:"));
+        let key_path = def.shared_key().unwrap_or_else(|| app_dir.join(":memory:"));
         let key = (key_path, label.to_string());
         if let Some(store) = registry.get(&key).and_then(Weak::upgrade) {
             return Ok(store);
