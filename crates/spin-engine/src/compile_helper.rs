@@ -27,6 +27,11 @@
 //! the wall-clock bound ([`TIMEOUT_ENV`]); an OOM kill (the memory cgroup's `oom_kill`
 //! counter), the CPU limit or the bound fails with an error naming the component, the
 //! limit and the fix ([`HelperError`]).
+//!
+//! The same helper unpacks Spin OCI artifacts ([`Job::Unpack`], see [`crate::artifact`]):
+//! its inputs are then two directories it may write (the shim hands them over for the run
+//! and takes them back) and one pipe per layer, and it may write files up to the app's
+//! byte limit (`RLIMIT_FSIZE`); everything else above holds as for compilation.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -128,6 +133,29 @@ pub enum Job {
         /// The middleware, inputs 1...
         middleware: Vec<MiddlewarePart>,
     },
+    /// Verifies and writes a Spin OCI artifact's layers, extracting its archive layers
+    /// ([`crate::artifact::UnpackJob`]): input 0 is the app's `blobs` directory, input 1
+    /// its `archives` directory, inputs 2.. the layers as the shim streams them from
+    /// containerd; the output is the verdict.
+    Unpack(crate::artifact::UnpackJob),
+}
+
+impl Job {
+    /// The largest file the helper may write (`RLIMIT_FSIZE`): none, but for an unpack.
+    fn file_size_limit(&self) -> u64 {
+        match self {
+            Job::Unpack(u) => u.max_bytes.max(1),
+            _ => 0,
+        }
+    }
+
+    /// What the helper did, for errors: "compiled" or "unpacked".
+    fn done_to_it(&self) -> &'static str {
+        match self {
+            Job::Unpack(_) => "its layers were unpacked",
+            _ => "it was compiled",
+        }
+    }
 }
 
 /// One middleware input of [`Job::Compose`].
@@ -333,7 +361,7 @@ impl Sandbox {
         // is ended once the container's cgroup is gone (the container was removed).
         let watch = own.is_some() && self.background;
         let gone = || watch && !self.placement.cgroup_dirs().iter().all(|d| d.is_dir());
-        let started = self.spawn(&procs, inputs);
+        let started = self.spawn(&procs, inputs, job.file_size_limit());
         let run = started.map(|mut helper| {
             let t0 = Instant::now();
             let run = helper.exchange(&request, out, max_output, t0 + self.timeout, &gone);
@@ -369,7 +397,10 @@ impl Sandbox {
             {
                 return Err(failed(
                     FailureKind::Gone,
-                    format!("{label}: the container was removed while it was compiled"),
+                    format!(
+                        "{label}: the container was removed while {}",
+                        job.done_to_it()
+                    ),
                 ));
             }
         }
@@ -383,7 +414,13 @@ impl Sandbox {
                 );
                 Ok(n)
             }
-            Err((kind, detail)) => Err(failed(kind, self.message(kind, label, &detail))),
+            Err((kind, detail)) => Err(failed(
+                kind,
+                match job {
+                    Job::Unpack(_) => self.unpack_message(kind, label, &detail),
+                    _ => self.message(kind, label, &detail),
+                },
+            )),
         }
     }
 
@@ -427,6 +464,38 @@ impl Sandbox {
         }
     }
 
+    /// The error text for `kind` of an artifact unpack ([`Job::Unpack`]): what happened,
+    /// the limit, the fix.
+    fn unpack_message(&self, kind: FailureKind, label: &str, detail: &str) -> String {
+        let (secs, cpu) = (self.timeout.as_secs(), self.cpu_secs);
+        match kind {
+            FailureKind::Rejected | FailureKind::Gone => detail.to_string(),
+            FailureKind::Memory => format!(
+                "{label}: unpacking its layers needs more memory than the container's memory \
+                 limit{} (the kernel's OOM killer ended the helper that unpacks them in the \
+                 container's cgroup, which is charged for the files it writes); raise the \
+                 container's (pod's) memory limit, or make the image's layers smaller",
+                self.memory_limit
+                    .map(|l| format!(" of {} MiB", l >> 20))
+                    .unwrap_or_default()
+            ),
+            FailureKind::Cpu => format!(
+                "{label}: unpacking its layers used more than the {cpu} CPU-seconds a helper \
+                 may take ({CPU_SECS_ENV} in the shim's environment); make the layers smaller, \
+                 or raise {CPU_SECS_ENV}"
+            ),
+            FailureKind::Timeout => format!(
+                "{label}: unpacking its layers took longer than {secs} s ({TIMEOUT_ENV} in the \
+                 shim's environment; the container's CPU limit slows the helper down); give \
+                 the pod more CPU, raise {TIMEOUT_ENV}, or make the layers smaller"
+            ),
+            FailureKind::Output => {
+                format!("{label}: the unpacking helper's verdict grew past its bound ({detail})")
+            }
+            FailureKind::Failed => format!("{label}: the unpacking helper failed ({detail})"),
+        }
+    }
+
     /// `cgroup.procs` of every hierarchy of the container's cgroup; an error when the cgroup
     /// is gone (the container was removed). Empty under the systemd driver during Create,
     /// before the container's scope exists.
@@ -462,7 +531,7 @@ impl Sandbox {
         read_oom_kills(&file)
     }
 
-    fn spawn(&self, procs: &[CString], inputs: &[&File]) -> anyhow::Result<Running> {
+    fn spawn(&self, procs: &[CString], inputs: &[&File], fsize: u64) -> anyhow::Result<Running> {
         let root = empty_root(&self.scratch)?;
         let (request_r, request_w) = std::io::pipe()?;
         let (replies_r, replies_w) = std::io::pipe()?;
@@ -489,7 +558,7 @@ impl Sandbox {
         // SAFETY: `child_setup` makes only async-signal-safe system calls on memory
         // allocated before the fork (`procs`, `fds`).
         unsafe {
-            cmd.pre_exec(move || child_setup(&procs, &fds, background, cpu));
+            cmd.pre_exec(move || child_setup(&procs, &fds, background, cpu, fsize));
         }
         let child = cmd
             .spawn()
@@ -563,6 +632,7 @@ fn child_setup(
     fds: &[RawFd],
     background: bool,
     cpu_secs: u64,
+    fsize: u64,
 ) -> std::io::Result<()> {
     let check = |r: libc::c_long| {
         if r < 0 {
@@ -622,7 +692,7 @@ fn child_setup(
     };
     limit(libc::RLIMIT_CPU, cpu_secs, cpu_secs + CPU_GRACE_SECS)?;
     limit(libc::RLIMIT_CORE, 0, 0)?;
-    limit(libc::RLIMIT_FSIZE, 0, 0)?;
+    limit(libc::RLIMIT_FSIZE, fsize, fsize)?;
     limit(libc::RLIMIT_NOFILE, NOFILE, NOFILE)?;
     Ok(())
 }
@@ -839,9 +909,17 @@ fn keep(buf: &mut Vec<u8>, data: &[u8], max: usize) {
 }
 
 /// `s` with control characters escaped, cut at `max` bytes: untrusted text (a name from a
-/// manifest, a helper's message) as errors and logs quote it.
+/// manifest, a helper's message) as errors and logs quote it. Other characters are kept,
+/// so text escaped before (a helper's error quoting an entry name) is not escaped twice.
 pub(crate) fn shown(s: &str, max: usize) -> String {
-    let mut out: String = s.chars().flat_map(char::escape_debug).collect();
+    let mut out = String::with_capacity(s.len().min(max + 8));
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
     if out.len() > max {
         let mut cut = max;
         while !out.is_char_boundary(cut) {
@@ -1069,11 +1147,19 @@ fn work() -> anyhow::Result<u64> {
             }
             spin_runtime::middleware::compose(&id, &primary, &parts)?
         }
+        Job::Unpack(job) => crate::artifact::unpack_in_helper(job)?,
     };
     // SAFETY: the output pipe the shim placed at FD_OUTPUT; owned from here on.
     let mut out = unsafe { File::from_raw_fd(FD_OUTPUT) };
     out.write_all(&bytes).context("writing the output")?;
     Ok(bytes.len() as u64)
+}
+
+/// Input `i` of the worker, owned (closed when dropped).
+pub(crate) fn input(i: usize) -> File {
+    // SAFETY: the descriptor the shim placed for input `i`, taken once by the job that
+    // reads it.
+    unsafe { File::from_raw_fd(FD_INPUTS + i as RawFd) }
 }
 
 /// Input `i`, exactly `len` bytes from its start (an input shared by several jobs keeps
@@ -1123,6 +1209,11 @@ mod tests {
         let (kind, msg) = run(&bad, 0).verdict(false).unwrap_err();
         assert_eq!(kind, FailureKind::Rejected);
         assert!(msg.len() <= MAX_SHOWN + 3 && !msg.contains('\n'), "{msg}");
+        // Text a helper escaped already is not escaped twice; control characters are.
+        assert_eq!(
+            shown("entry `a\\nb` \"x\"\t", 100),
+            "entry `a\\nb` \"x\"\\t"
+        );
         let timed_out = Run {
             timed_out: true,
             ..run(ok, 7)

@@ -97,6 +97,10 @@ impl Engine for SpinEngine {
         let rootfs = Dir::open(p.rootfs)?;
         rootfs::check_app_mount_point(&rootfs, id)?;
         let app_dir = p.state_root.join(SPIN_APP_DIR);
+        let memory_limit = wasm_shim_core::executor::spec_memory_limit(p.spec);
+        let cache_dir = cache_mount::host_dir();
+        let sandbox =
+            compile_helper::Sandbox::for_container(&cache_dir, p.placement, memory_limit)?;
         let mut source = None;
         if artifact::wants_artifact(&args, &rootfs) {
             anyhow::ensure!(
@@ -105,8 +109,15 @@ impl Engine for SpinEngine {
             );
             let docker_dir = docker::container_dir(p.spec, id);
             let unnamed = || docker::unnamed_image(docker_dir, id);
-            match artifact::materialise(p.containerd_address, p.namespace, id, &app_dir, unnamed)
-                .await?
+            match artifact::materialise(
+                p.containerd_address,
+                p.namespace,
+                id,
+                &app_dir,
+                &sandbox,
+                unnamed,
+            )
+            .await?
             {
                 Some(m) => {
                     tracing::info!(
@@ -128,10 +139,6 @@ impl Engine for SpinEngine {
             });
         }
         let downloads = url_sources::download(id, source.as_ref()).await?;
-        let memory_limit = wasm_shim_core::executor::spec_memory_limit(p.spec);
-        let cache_dir = cache_mount::host_dir();
-        let sandbox =
-            compile_helper::Sandbox::for_container(&cache_dir, p.placement, memory_limit)?;
         let compiled = match source {
             Some(s) => cache_mount::precompile(s, cache_dir, tiering(p.spec)?, sandbox.clone())
                 .await

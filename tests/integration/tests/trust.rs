@@ -118,11 +118,73 @@ impl Node {
     }
 }
 
-/// Samples the peak RSS (VmHWM) of this containerd's shims while it runs.
+/// Samples the peak RSS (VmHWM) of this containerd's shims while it runs, and where their
+/// helpers run ([`HelperSamples`]).
 struct RssSampler {
     stop: Arc<AtomicBool>,
     peak: Arc<AtomicU64>,
+    helpers: Arc<std::sync::Mutex<HelperSamples>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What an [`RssSampler`] saw of the shims' helpers.
+#[derive(Debug, Default, Clone)]
+struct HelperSamples {
+    /// Largest `memory.max_usage_in_bytes` (KiB) of a pod-level memory cgroup that
+    /// `run_spin_app` made while sampling (`spintest-*`: the container's cgroup and all
+    /// below it).
+    pod_max_usage_kib: u64,
+    /// Helper processes of the shims seen (`--compile-helper` children and grandchildren),
+    /// with their uid and memory cgroup.
+    helpers: Vec<(u32, String)>,
+}
+
+/// Pod-level memory cgroups `run_spin_app` makes (`/sys/fs/cgroup/memory/spintest-*`).
+fn test_pods() -> Vec<PathBuf> {
+    std::fs::read_dir("/sys/fs/cgroup/memory")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("spintest-"))
+        .map(|e| e.path())
+        .collect()
+}
+
+impl HelperSamples {
+    /// Samples the helpers of `shims` and the pods not in `before`.
+    fn sample(&mut self, shims: &[i32], before: &[PathBuf]) {
+        let helper = |p: &i32| {
+            integration::cmdline(*p).get(1).map(String::as_str) == Some("--compile-helper")
+        };
+        let sup: Vec<i32> = shims
+            .iter()
+            .flat_map(|s| integration::children(*s))
+            .filter(helper)
+            .collect();
+        let workers: Vec<i32> = sup.iter().flat_map(|s| integration::children(*s)).collect();
+        for pid in sup.into_iter().chain(workers) {
+            let uid = vm_kib(pid, "Uid:").unwrap_or(u64::MAX) as u32;
+            let memcg = integration::cgroups::proc_cgroups(pid)
+                .ok()
+                .and_then(|l| {
+                    l.into_iter()
+                        .find(|l| l.controllers.split(',').any(|c| c == "memory"))
+                })
+                .map(|l| l.path)
+                .unwrap_or_default();
+            if memcg != "/" && !self.helpers.contains(&(uid, memcg.clone())) {
+                self.helpers.push((uid, memcg));
+            }
+        }
+        for p in test_pods().into_iter().filter(|p| !before.contains(p)) {
+            if let Some(u) = std::fs::read_to_string(p.join("memory.max_usage_in_bytes"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                self.pod_max_usage_kib = self.pod_max_usage_kib.max(u >> 10);
+            }
+        }
+    }
 }
 
 fn vm_kib(pid: i32, key: &str) -> Option<u64> {
@@ -139,17 +201,21 @@ impl RssSampler {
     fn start(c: &Containerd) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(0));
+        let helpers = Arc::new(std::sync::Mutex::new(HelperSamples::default()));
         let sock = c.socket();
-        let (s, p) = (stop.clone(), peak.clone());
+        let (s, p, h) = (stop.clone(), peak.clone(), helpers.clone());
+        let before = test_pods();
         let thread = std::thread::spawn(move || {
             let sock = sock.to_string_lossy().into_owned();
             // Bounded: at most 10 minutes of 20 ms samples.
             for _ in 0..30_000 {
-                for pid in shim_pids(&sock) {
+                let shims = shim_pids(&sock);
+                for &pid in &shims {
                     if let Some(k) = vm_kib(pid, "VmHWM:") {
                         p.fetch_max(k, Ordering::Relaxed);
                     }
                 }
+                h.lock().unwrap().sample(&shims, &before);
                 if s.load(Ordering::Relaxed) {
                     break;
                 }
@@ -159,16 +225,23 @@ impl RssSampler {
         RssSampler {
             stop,
             peak,
+            helpers,
             thread: Some(thread),
         }
     }
 
-    fn stop(mut self) -> u64 {
+    fn stop(self) -> u64 {
+        self.stop_with_helpers().0
+    }
+
+    /// The shims' peak RSS (KiB) and what was seen of their helpers.
+    fn stop_with_helpers(mut self) -> (u64, HelperSamples) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.peak.load(Ordering::Relaxed)
+        let helpers = self.helpers.lock().unwrap().clone();
+        (self.peak.load(Ordering::Relaxed), helpers)
     }
 }
 
@@ -1088,6 +1161,136 @@ fn hostile_inputs_fail_create_and_leave_the_pod_running() {
             println!("{l}");
         }
         ensure!(failures.is_empty(), "failed: {}", failures.join(", "));
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Issue 35's design for artifacts: untrusted archive layers are unpacked by a helper in
+/// the pod's cgroup, unprivileged, not by the root shim. For each hostile archive case
+/// (a gzip bomb inflating to 4 GiB against the 1 GiB cap, 3 GiB GNU long-name and PAX
+/// headers, a directory 30,000 levels deep) Create fails naming the rule, and the figures
+/// are printed: the shim's peak RSS, the pod cgroup's peak memory and where the helper ran.
+/// The bomb's inflated gigabyte is written by a helper running as uid 65534 in the
+/// container's memory cgroup (so the pod's peak usage holds its page cache), and the shim's
+/// peak RSS stays within 64 MiB of its figure before. Then a normal artifact's Create time
+/// (cache warm) is printed, five runs. On cgroup v1 / hybrid hosts only (the pod's
+/// `memory.max_usage_in_bytes`).
+#[test]
+fn artifact_layers_are_unpacked_in_the_pods_cgroup() {
+    let Some(_s) = integration::root_test("artifact_layers_are_unpacked_in_the_pods_cgroup") else {
+        return;
+    };
+    if !Path::new("/sys/fs/cgroup/memory/memory.max_usage_in_bytes").exists() {
+        println!("skipped: no cgroup v1 memory hierarchy on this host");
+        return;
+    }
+    let r = (|| {
+        let n = Node::start(&[])?;
+        let archive = |tag: &str, layer: Vec<u8>| -> Result<Image> {
+            let mut img = hello(tag)?;
+            hostile::add_layer(&mut img, MEDIA_TYPE_ARCHIVE_LAYER, layer);
+            Ok(img)
+        };
+        // A shim that already serves, so its idle figure is known.
+        let witness = hello("unpack-witness")?;
+        n.import(&witness)?;
+        let app = n.c.run_spin_app(&witness.name, &[])?;
+        let idle = shim_pids(&n.c.socket().to_string_lossy())
+            .first()
+            .and_then(|p| vm_kib(*p, "VmHWM:"))
+            .context("shim VmHWM")?;
+        drop(app);
+        let cases: Vec<(&str, Image, Vec<&str>)> = vec![
+            (
+                "gzip-bomb-4g",
+                archive("unpack-bomb", hostile::gzip_bomb("zeros", 16, 256 << 20)?)?,
+                vec!["limit of 1073741824 bytes", "SPIN_SHIM_MAX_APP_BYTES"],
+            ),
+            (
+                "gnu-long-name-3g",
+                archive(
+                    "unpack-long-name",
+                    hostile::extension_bomb(hostile::Extension::GnuLongName, 3 << 30)?,
+                )?,
+                vec!["archive", "long name header", "PATH_MAX"],
+            ),
+            (
+                "pax-3g",
+                archive(
+                    "unpack-pax",
+                    hostile::extension_bomb(hostile::Extension::Pax, 3 << 30)?,
+                )?,
+                vec!["archive", "PAX extended header", "1048576"],
+            ),
+            (
+                "deep-dir-30000",
+                archive("unpack-deep", hostile::deep_dir_archive(30_000)?)?,
+                vec!["archive", "limited to 4096 bytes"],
+            ),
+        ];
+        let mut wrong = Vec::new();
+        for (name, img, wants) in cases {
+            n.import(&img)?;
+            let t0 = std::time::Instant::now();
+            let rss = RssSampler::start(&n.c);
+            let r = n.c.run_spin_app(&img.name, &[]);
+            let (shim_hwm_kib, s) = rss.stop_with_helpers();
+            let ms = t0.elapsed().as_millis();
+            let e = match r {
+                Ok(_) => {
+                    wrong.push(format!("{name}: created"));
+                    String::new()
+                }
+                Err(e) => format!("{e:#}"),
+            };
+            println!(
+                "{name}: Create failed after {ms} ms; shim VmHWM {} KiB (idle {idle}); pod \
+                 cgroup peak {} KiB; helpers {:?}",
+                shim_hwm_kib, s.pod_max_usage_kib, s.helpers
+            );
+            let missing: Vec<_> = wants.iter().filter(|w| !e.contains(**w)).collect();
+            if !missing.is_empty() {
+                wrong.push(format!("{name}: the error does not name {missing:?}: {e}"));
+            }
+            if shim_hwm_kib.saturating_sub(idle) > MAX_HWM_GROWTH_KIB {
+                wrong.push(format!(
+                    "{name}: the shim's peak RSS grew from {idle} to {} KiB",
+                    shim_hwm_kib
+                ));
+            }
+            if name == "gzip-bomb-4g" {
+                let in_pod = s
+                    .helpers
+                    .iter()
+                    .any(|(uid, cg)| *uid == 65534 && cg.starts_with("/spintest-"));
+                if !in_pod {
+                    wrong.push(format!(
+                        "{name}: no helper ran as uid 65534 in the pod's cgroup: {:?}",
+                        s.helpers
+                    ));
+                }
+                if s.pod_max_usage_kib < 256 << 10 {
+                    wrong.push(format!(
+                        "{name}: the pod's cgroup peaked at {} KiB: the inflated data was not \
+                         written from it",
+                        s.pod_max_usage_kib
+                    ));
+                }
+            }
+            n.check_clean(name)?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            let app = n.c.run_spin_app(&witness.name, &[])?;
+            times.push(t0.elapsed().as_millis());
+            let (st, body) = app.get("/hello")?;
+            ensure!(st == 200, "hello: {st} {body}");
+        }
+        n.check_clean("hello")?;
+        println!("normal artifact (hello), Create to RUNNING, ms: {times:?}");
+        ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
         Ok(())
     })();
     r.unwrap_or_else(|e| panic!("{e:#}"));
