@@ -710,6 +710,15 @@ fn systemd_pod(uid: &str, name: &str) -> (String, String) {
     )
 }
 
+/// A new pod's cgroup (below each hierarchy root; removed with the guard) and a container
+/// in it: (pod cgroup, container name, its systemd-form cgroupsPath, guard).
+fn fresh_pod() -> (String, String, String, integration::cgroups::CgroupGuard) {
+    let (uid, name) = (integration::unique("cb"), integration::unique("c"));
+    let (pod, path) = systemd_pod(&uid, &name);
+    let guard = integration::cgroups::CgroupGuard::new(&pod);
+    (pod, name, path, guard)
+}
+
 /// The costly component's image, imported into `n`, and the component's sha256 (hex).
 fn import_costly(n: &Node) -> Result<(Image, String)> {
     let wasm = costly_component(80, 12_000);
@@ -738,9 +747,7 @@ fn with_a_systemd_cgroups_path_the_compiler_is_held_by_the_pods_limit() {
         return;
     };
     let r = (|| -> Result<()> {
-        let (uid, name) = (integration::unique("cb"), integration::unique("c"));
-        let (pod, path) = systemd_pod(&uid, &name);
-        let _pod = integration::cgroups::CgroupGuard::new(&pod);
+        let (pod, name, path, _pod) = fresh_pod();
         let memory = integration::cgroups::v1_hierarchy("memory")
             .context("no v1 memory hierarchy on this host")?;
         std::fs::create_dir_all(memory.join(&pod))?;
@@ -810,9 +817,7 @@ fn on_cgroup_v2_each_compiler_gets_a_transient_cgroup_below_the_pod() {
         return;
     };
     let r = (|| -> Result<()> {
-        let (uid, name) = (integration::unique("cb"), integration::unique("c"));
-        let (pod, path) = systemd_pod(&uid, &name);
-        let _pod = integration::cgroups::CgroupGuard::new(&pod);
+        let (pod, name, path, _pod) = fresh_pod();
         let n = Node::start_in(CgroupMode::UnifiedNamespace)?;
         let (img, _) = import_costly(&n)?;
         let a = n.attempt(
@@ -853,6 +858,136 @@ fn on_cgroup_v2_each_compiler_gets_a_transient_cgroup_below_the_pod() {
             "cgroup v2, systemd-form cgroupsPath",
             &format!("{pod}/cri-containerd-{name}.scope"),
         )?;
+        Ok(())
+    })();
+    r.unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+/// Whether `pid` runs at nice 10: the background (tier-up) compile helpers, not Create's.
+fn at_background_priority(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // Field 19 (nice), counted after the parenthesised command name.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(16)?.parse::<i64>().ok())
+        == Some(10)
+}
+
+/// On a cgroup v2 host (simulated) a background (tier-up) compile helper runs in a
+/// transient cgroup of its own, which the container's removal does not empty: the shim
+/// kills it once the container's cgroup is gone, within about a second. The costly
+/// component starts on Winch's code (tiering from its first byte), so its Cranelift
+/// compilation is the background one, which runs for many seconds; the container is
+/// removed while it runs, and the time from the container's cgroup disappearing to the
+/// helper's end is printed and must stay within a few seconds.
+#[test]
+fn a_background_compiler_is_killed_once_the_containers_cgroup_is_removed() {
+    let Some(_s) = integration::root_test(
+        "a_background_compiler_is_killed_once_the_containers_cgroup_is_removed",
+    ) else {
+        return;
+    };
+    let r = (|| -> Result<()> {
+        let (pod, name, path, _pod) = fresh_pod();
+        let n = Node::start_in(CgroupMode::UnifiedNamespace)?;
+        let (img, _) = import_costly(&n)?;
+        let id = integration::unique("bg");
+        let runtime = integration::test_runtime();
+        // The costly component has no HTTP export: the app stops at start, after Create
+        // (and the background compilation it starts); the container stays until removed.
+        n.c.ctr_ok(&[
+            "run",
+            "-d",
+            "--net-host",
+            "--runtime",
+            &runtime,
+            "--memory-limit",
+            "8589934592",
+            "--cgroup",
+            &path,
+            "--env",
+            "SPIN_SHIM_TIERED_COMPILE_MIN_BYTES=1",
+            &img.name,
+            &id,
+            "/",
+        ])?;
+        let scope = Path::new("/sys/fs/cgroup/unified")
+            .join(&pod)
+            .join(format!("cri-containerd-{name}.scope"));
+        let background = || -> Vec<i32> {
+            helper_pids_of(&n.c.shim_pids())
+                .into_iter()
+                .filter(|p| !exited(*p) && at_background_priority(*p))
+                .collect()
+        };
+        let seen = wait_for(Duration::from_secs(60), || {
+            let b = background();
+            (!b.is_empty() && scope.is_dir()).then_some(b)
+        });
+        let Some(helpers) = seen else {
+            n.c.force_remove(&id);
+            bail!(
+                "no background compile helper ran beside the container's cgroup {} within 60 s; \
+                 containerd's log:\n{}",
+                scope.display(),
+                n.c.log_tail(20)
+            );
+        };
+        let cgroups: Vec<String> = helpers
+            .iter()
+            .filter_map(|p| integration::cgroups::proc_cgroups(*p).ok())
+            .flat_map(|l| l.into_iter().filter(|l| l.id == 0).map(|l| l.path))
+            .collect();
+        // Removed as kubelet removes a container; the cgroup's end and the helper's are
+        // watched while it happens (bounded: 60 s of 10 ms polls).
+        let (gone_at, helper_end) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                let (mut gone_at, mut helper_end) = (None, None);
+                for _ in 0..6000 {
+                    let now = Instant::now();
+                    if gone_at.is_none() && !scope.is_dir() {
+                        gone_at = Some(now);
+                    }
+                    if helper_end.is_none() && helpers.iter().all(|p| exited(*p)) {
+                        helper_end = Some(now);
+                    }
+                    if gone_at.is_some() && helper_end.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                (gone_at, helper_end)
+            });
+            n.c.force_remove(&id);
+            watcher.join().expect("watcher")
+        });
+        let gone_at = gone_at.context("the container's cgroup was not removed within 60 s")?;
+        let helper_end = helper_end.with_context(|| {
+            format!("the background compile helpers {helpers:?} still run 60 s after removal")
+        })?;
+        let after = helper_end.saturating_duration_since(gone_at);
+        println!(
+            "background compile helper {helpers:?} in {cgroups:?}: ended {} ms after the \
+             container's cgroup was removed",
+            after.as_millis()
+        );
+        ensure!(
+            cgroups.iter().all(|c| c.contains(".compile-")),
+            "the background helper ran in {cgroups:?}, not in a transient cgroup of its own"
+        );
+        // The shim checks once a second; the rest is slack for a loaded machine.
+        ensure!(
+            after <= Duration::from_secs(3),
+            "the background compile helper ended {} ms after the container's cgroup was removed",
+            after.as_millis()
+        );
+        let unified = Path::new("/sys/fs/cgroup/unified").join(&pod);
+        let left: Vec<String> = integration::dir_entries(&unified)
+            .into_iter()
+            .filter(|e| e.contains(".compile-"))
+            .collect();
+        ensure!(left.is_empty(), "helper cgroups left: {left:?}");
         Ok(())
     })();
     r.unwrap_or_else(|e| panic!("{e:#}"));
