@@ -14,7 +14,7 @@ use k8s_cri::v1::{
     ContainerStatsRequest, ContainerStatusRequest, CreateContainerRequest, ImageSpec, KeyValue,
     LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListContainerStatsRequest,
-    ListImagesRequest, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    ListImagesRequest, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
     PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
     StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
@@ -66,6 +66,9 @@ pub struct ContainerSpec {
     /// CPUs the container may run on (`cpuset_cpus`, as kubelet's static CPU manager sets
     /// it, e.g. `"0"`); empty = unset.
     pub cpuset_cpus: String,
+    /// Volumes as kubelet mounts them: (host path, container path), read-only (a secret or
+    /// configMap volume).
+    pub read_only_mounts: Vec<(PathBuf, String)>,
 }
 
 impl Cri {
@@ -171,6 +174,16 @@ impl Cri {
                 })
                 .collect(),
             log_path: format!("{}/0.log", c.name),
+            mounts: c
+                .read_only_mounts
+                .iter()
+                .map(|(host, container)| Mount {
+                    container_path: container.clone(),
+                    host_path: host.display().to_string(),
+                    readonly: true,
+                    ..Default::default()
+                })
+                .collect(),
             linux: Some(LinuxContainerConfig {
                 resources: Some(LinuxContainerResources {
                     cpu_shares: c.cpu_shares,

@@ -7,37 +7,15 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 
-/// What curl printed: stdout (body, then `-w` output), stderr (`-v`), exit status.
-struct Curl {
-    out: String,
-    err: String,
-    ok: bool,
-}
+use test_support::curl::{Curl, VERSION};
 
 fn curl(args: &[&str]) -> Curl {
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "60"])
-        .args(args)
-        .output()
-        .expect("curl (Debian package curl)");
-    Curl {
-        out: String::from_utf8_lossy(&out.stdout).into_owned(),
-        err: String::from_utf8_lossy(&out.stderr).into_owned(),
-        ok: out.status.success(),
-    }
+    Curl::run(args)
 }
-
-/// The HTTP version curl used for each transfer (`-w` lines `v=<version>`).
-fn versions(c: &Curl) -> Vec<&str> {
-    c.out.lines().filter_map(|l| l.strip_prefix("v=")).collect()
-}
-
-const VERSION: &str = "v=%{http_version}\n";
 
 #[test]
 fn h2c_by_prior_knowledge_and_by_upgrade_beside_http1() {
@@ -62,7 +40,7 @@ fn h2c_by_prior_knowledge_and_by_upgrade_beside_http1() {
         "{}",
         c.out
     );
-    assert_eq!(versions(&c), ["2"]);
+    assert_eq!(c.versions(), ["2"]);
 
     // The health endpoint answers over HTTP/2 too.
     let c = curl(&[
@@ -91,7 +69,7 @@ fn h2c_by_prior_knowledge_and_by_upgrade_beside_http1() {
     );
     assert!(c.err.contains("< x-trailer: done"), "{}", c.err);
     assert!(c.err.contains("Re-using existing connection"), "{}", c.err);
-    assert_eq!(versions(&c), ["2", "2"]);
+    assert_eq!(c.versions(), ["2", "2"]);
     assert!(c.out.contains("path=/first\n"), "{}", c.out);
     assert!(c.out.contains("path=/second\n"), "{}", c.out);
 
@@ -105,7 +83,7 @@ fn h2c_by_prior_knowledge_and_by_upgrade_beside_http1() {
         &format!("{base}/post"),
     ]);
     assert!(c.out.contains("body-len=5\n"), "{}", c.out);
-    assert_eq!(versions(&c), ["1.1"]);
+    assert_eq!(c.versions(), ["1.1"]);
 
     // A 3 MB request body streams through HTTP/2 flow control.
     let dir = tempfile::tempdir().unwrap();
@@ -177,7 +155,7 @@ fn tls_serves_h2_and_http1_by_alpn() {
     assert!(c.out.starts_with("HTTP/2 200"), "{}", c.out);
     assert!(c.out.contains("x-trailer: done"), "{}", c.out);
     assert!(c.out.contains(&format!("full-url={url}\n")), "{}", c.out);
-    assert_eq!(versions(&c), ["2"]);
+    assert_eq!(c.versions(), ["2"]);
 
     // ALPN http/1.1.
     let c = curl(&[
@@ -196,7 +174,7 @@ fn tls_serves_h2_and_http1_by_alpn() {
         "{}",
         c.err
     );
-    assert_eq!(versions(&c), ["1.1"], "{}", c.err);
+    assert_eq!(c.versions(), ["1.1"], "{}", c.err);
     assert!(c.out.contains(&format!("full-url={url}\n")), "{}", c.out);
 
     // The certificate is checked against the private CA: without it, curl refuses.
@@ -212,7 +190,7 @@ fn tls_serves_h2_and_http1_by_alpn() {
     assert!(!c.ok, "{}", c.out);
     // The server still serves after those.
     let c = curl(&["--cacert", &ca, "--resolve", &resolve, "-w", VERSION, &url]);
-    assert_eq!(versions(&c), ["2"], "{}", c.err);
+    assert_eq!(c.versions(), ["2"], "{}", c.err);
 }
 
 #[test]
@@ -256,33 +234,7 @@ fn tls_settings_errors_name_the_variable_and_the_file() {
     }
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
-struct HelloRequest {
-    #[prost(string, tag = "1")]
-    name: String,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct HelloReply {
-    #[prost(string, tag = "1")]
-    message: String,
-}
-
-/// `helloworld.Greeter/SayHello` through tonic on `channel`.
-async fn say_hello(
-    channel: tonic::transport::Channel,
-    name: &str,
-) -> Result<String, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let path = http::uri::PathAndQuery::from_static("/helloworld.Greeter/SayHello");
-    let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
-    let request = tonic::Request::new(HelloRequest { name: name.into() });
-    let reply = grpc.unary(request, path, codec).await?;
-    Ok(reply.into_inner().message)
-}
+use test_support::grpc::say_hello;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_unary_call_with_trailers_over_h2c_and_tls() {

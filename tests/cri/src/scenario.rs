@@ -164,6 +164,61 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
     out
 }
 
+/// Runs one app container in a new kubelet-style pod (systemd driver, BestEffort, handler
+/// `spin`, in `layout`): `spec` gets `SPIN_HTTP_LISTEN_ADDR` on a free loopback port; when
+/// `ready_path` is given, waits (up to 120 s) until it answers 200 over plain HTTP; checks
+/// the container sits in its pod's cgroup, runs `checks` on the address, then removes the
+/// container and the pod and checks nothing is left. Returns what `checks` returned.
+pub async fn serve_in_pod(
+    cri: &mut Cri,
+    layout: Layout,
+    log_root: &Path,
+    name: &str,
+    mut spec: ContainerSpec,
+    ready_path: Option<&str>,
+    checks: impl FnOnce(SocketAddr) -> Result<String>,
+) -> Result<String> {
+    let pod = KubeletPod::start(
+        cri,
+        layout,
+        CgroupDriver::Systemd,
+        QosClass::BestEffort,
+        "spin",
+        name,
+        log_root,
+    )
+    .await?;
+    let addr: SocketAddr = ([127, 0, 0, 1], free_loopback_port()?).into();
+    spec.envs
+        .push(("SPIN_HTTP_LISTEN_ADDR".to_string(), addr.to_string()));
+    let run = async {
+        let id = cri
+            .start_container(&pod.sandbox_id, &pod.spec, &spec)
+            .await?;
+        let pid = cri.container_pid(&id).await?;
+        if let Some(path) = ready_path {
+            if let Err(e) = wait_http_ok(addr, path, Duration::from_secs(120)).await {
+                let state = cri.container_state(&id).await.unwrap_or_default();
+                bail!("{name} did not come up ({state}): {e:#}");
+            }
+        }
+        pod.check_inside(pid, name)?;
+        let line = checks(addr)?;
+        cri.remove_container(&id, 10).await?;
+        anyhow::Ok((line, pid))
+    }
+    .await;
+    let (line, pid) = match run {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = cri.remove_pod(&pod.sandbox_id).await;
+            return Err(e);
+        }
+    };
+    pod.teardown(cri, &[pid]).await?;
+    Ok(line)
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_loopback_port() -> Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;

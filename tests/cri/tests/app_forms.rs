@@ -12,20 +12,18 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use cri_tests::cgroups::Layout;
 use cri_tests::cri::{ContainerSpec, Cri};
-use cri_tests::kubelet::{CgroupDriver, QosClass};
 use cri_tests::node::{ContainerdVersion, Images, Node, SpinHandler};
-use cri_tests::scenario::{self, KubeletPod};
+use cri_tests::scenario;
 use oci_image_builder::spin;
 use test_support::https_origin::Origin;
 
 const LAYOUT: Layout = Layout::Unified;
 
-/// Runs `image` (command `/`, `envs` plus the listen address) in a new pod, waits for
-/// `first_path` to answer 200, runs `checks` against the app's address, then removes the
-/// container and the pod and checks nothing is left.
+/// [`scenario::serve_in_pod`] for `image` with command `/` and `envs`, ready when
+/// `first_path` answers 200.
 async fn in_pod(
     cri: &mut Cri,
     node: &Node,
@@ -35,52 +33,18 @@ async fn in_pod(
     first_path: &str,
     checks: impl FnOnce(SocketAddr) -> Result<String>,
 ) -> Result<String> {
-    let logs = node.dir().join("pod-logs");
-    let pod = KubeletPod::start(
-        cri,
-        LAYOUT,
-        CgroupDriver::Systemd,
-        QosClass::BestEffort,
-        "spin",
-        name,
-        &logs,
-    )
-    .await?;
-    let port = scenario::free_loopback_port()?;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut env = vec![("SPIN_HTTP_LISTEN_ADDR".to_string(), addr.to_string())];
-    env.extend(envs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let spec = ContainerSpec {
         name: "app".into(),
         image: image.to_string(),
         command: vec!["/".into()],
-        envs: env,
+        envs: envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         ..Default::default()
     };
-    let run = async {
-        let id = cri
-            .start_container(&pod.sandbox_id, &pod.spec, &spec)
-            .await?;
-        let pid = cri.container_pid(&id).await?;
-        if let Err(e) = scenario::wait_http_ok(addr, first_path, Duration::from_secs(120)).await {
-            let state = cri.container_state(&id).await.unwrap_or_default();
-            bail!("{name} did not come up ({state}): {e:#}");
-        }
-        pod.check_inside(pid, name)?;
-        let line = checks(addr)?;
-        cri.remove_container(&id, 10).await?;
-        anyhow::Ok((line, pid))
-    }
-    .await;
-    let (line, pid) = match run {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = cri.remove_pod(&pod.sandbox_id).await;
-            return Err(e);
-        }
-    };
-    pod.teardown(cri, &[pid]).await?;
-    Ok(line)
+    let logs = node.dir().join("pod-logs");
+    scenario::serve_in_pod(cri, LAYOUT, &logs, name, spec, Some(first_path), checks).await
 }
 
 /// `GET path` on the app; the status must be `want`.

@@ -9,71 +9,17 @@
 
 use test_support::servers;
 
-use std::path::Path;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use integration::{require_shim, workspace_root, CgroupMode, Containerd, ContainerdVersion};
 use oci_image_builder::spin;
 
 const IMAGE: &str = "docker.io/library/spin-hostifaces:trust";
 
-/// `ca.pem`, and `server.pem`/`server.key` for 127.0.0.1 signed by it, as `openssl req`
-/// makes them in one step each (OpenSSL 3's `-CA`).
-fn pod_pki(dir: &Path) -> Result<()> {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let steps: [&[&str]; 2] = [
-        &[
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-subj",
-            "/CN=pod trust ca",
-        ],
-        &[
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.pem",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ],
-    ];
-    for step in steps {
-        let out = std::process::Command::new("openssl")
-            .args(["req", "-x509", "-days", "2"])
-            .args(ec)
-            .args(step)
-            .current_dir(dir)
-            .output()
-            .context("openssl (Debian package openssl)")?;
-        ensure!(
-            out.status.success(),
-            "openssl req {step:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
 fn run() -> Result<()> {
     require_shim()?;
     let pki = tempfile::tempdir()?;
-    pod_pki(pki.path())?;
+    test_support::pki::make_pki(pki.path());
     // What the pod gets: the CA certificate alone, in its own directory.
     let secret = tempfile::tempdir()?;
     std::fs::copy(pki.path().join("ca.pem"), secret.path().join("ca.crt"))?;

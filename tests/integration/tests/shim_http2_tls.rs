@@ -6,107 +6,18 @@
 //! Bad TLS settings fail the container, naming the variable and the file.
 //! Run as root: `cargo test --release --workspace --test shim_http2_tls -- --nocapture`.
 
-use std::path::Path;
-use std::process::Command;
-
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use integration::{require_shim, workspace_root, CgroupMode, Containerd, ContainerdVersion};
 use oci_image_builder::spin;
 
 const IMAGE: &str = "docker.io/library/spin-grpc:h2";
 
-/// Runs curl with `args`; returns (success, stdout, stderr).
+/// Runs curl with `args`, retrying refused connections; returns (success, stdout, stderr).
 fn curl(args: &[&str]) -> Result<(bool, String, String)> {
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "30",
-            "--retry",
-            "10",
-            "--retry-connrefused",
-        ])
-        .args(args)
-        .output()
-        .context("curl (Debian package curl)")?;
-    Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
-fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .context("openssl (Debian package openssl)")?;
-    ensure!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
-/// `ca.pem`, and `server.pem` / `server.key` for localhost and 127.0.0.1 signed by it.
-fn private_ca(dir: &Path) -> Result<()> {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=h2 test ca",
-    ]);
-    openssl(dir, &ca)?;
-    let mut req = vec!["req"];
-    req.extend(ec);
-    req.extend([
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    openssl(dir, &req)?;
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    )?;
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    )
+    let mut all = vec!["--retry", "10", "--retry-connrefused"];
+    all.extend(args);
+    let c = test_support::curl::Curl::run(&all);
+    Ok((c.ok, c.out, c.err))
 }
 
 /// A gRPC request frame: uncompressed, `HelloRequest { name }`.
@@ -119,53 +30,9 @@ fn hello_request(name: &str) -> Vec<u8> {
     framed
 }
 
-#[derive(Clone, PartialEq, prost::Message)]
-struct HelloRequest {
-    #[prost(string, tag = "1")]
-    name: String,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct HelloReply {
-    #[prost(string, tag = "1")]
-    message: String,
-}
-
-/// `helloworld.Greeter/SayHello` with tonic at `base` (TLS against `ca` when given, the
-/// server named `localhost`): the reply to "tonic", and the status of the call for "fail".
+/// `SayHello` for "tonic" and "fail" through tonic at `base` (TLS against `ca` if given).
 fn grpc_with_tonic(base: &str, ca: Option<Vec<u8>>) -> Result<(String, tonic::Status)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let mut endpoint = tonic::transport::Endpoint::from_shared(base.to_string())?;
-        if let Some(ca) = ca {
-            endpoint = endpoint.tls_config(
-                tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-                    .domain_name("localhost"),
-            )?;
-        }
-        let grpc = tonic::client::Grpc::new(endpoint.connect().await?);
-        let call = |name: &str| {
-            let request = tonic::Request::new(HelloRequest { name: name.into() });
-            let path = http::uri::PathAndQuery::from_static("/helloworld.Greeter/SayHello");
-            let codec = tonic_prost::ProstCodec::<HelloRequest, HelloReply>::default();
-            let mut grpc = grpc.clone();
-            async move {
-                grpc.ready()
-                    .await
-                    .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                grpc.unary(request, path, codec).await
-            }
-        };
-        let reply = call("tonic").await?.into_inner().message;
-        let failed = call("fail")
-            .await
-            .err()
-            .context("the call for `fail` succeeded")?;
-        Ok((reply, failed))
-    })
+    test_support::grpc::hello_and_failure(base, ca).map_err(anyhow::Error::msg)
 }
 
 fn http2_through_the_shim() -> Result<()> {
@@ -257,7 +124,7 @@ fn http2_through_the_shim() -> Result<()> {
     // TLS from bind-mounted PEM files: ALPN h2 and http/1.1 against the private CA.
     let pki = dir.path().join("pki");
     std::fs::create_dir_all(&pki)?;
-    private_ca(&pki)?;
+    test_support::pki::make_pki(&pki);
     let extra: Vec<String> = [
         "--mount",
         &format!("type=bind,src={},dst=/tls,options=rbind:ro", pki.display()),

@@ -27,30 +27,12 @@ pub struct Origin {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The CA and the server's key and certificate, made in the current directory with the
-/// openssl CLI as an operator would.
-const PKI_SCRIPT: &str = "set -e
-key='-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2'
-openssl req -x509 $key -subj '/CN=url-sources test CA' -keyout ca.key -out ca.pem
-openssl req -x509 $key -subj /CN=127.0.0.1 -CA ca.pem -CAkey ca.key \\
-  -addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE \\
-  -keyout server.key -out server.pem";
-
 impl Origin {
     /// Starts the origin serving `body`.
     pub fn start(body: Vec<u8>) -> Origin {
         let pki = tempfile::tempdir().unwrap();
         let d = pki.path();
-        let out = std::process::Command::new("sh")
-            .args(["-c", PKI_SCRIPT])
-            .current_dir(d)
-            .output()
-            .expect("sh and openssl (Debian package openssl)");
-        assert!(
-            out.status.success(),
-            "making the test PKI: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::pki::make_pki(d);
         std::fs::write(d.join("body"), &body).unwrap();
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_file_iter(d.join("server.pem"))

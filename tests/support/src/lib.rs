@@ -2,8 +2,13 @@
 //! tests): each starts something real on a loopback address and stops it on drop.
 //! - [`servers`]: redis-server, PostgreSQL, MariaDB and mosquitto from Debian's packages;
 //! - [`otlp`]: an OTLP collector (gRPC and HTTP, plain or TLS) that records what it is sent;
-//! - [`https_origin`]: an HTTPS origin with a private CA, for URL component sources.
+//! - [`https_origin`]: an HTTPS origin with a private CA, for URL component sources;
+//! - [`pki`]: a private CA with server and client certificates (openssl CLI);
+//! - [`curl`] and [`grpc`]: real HTTP/2 and gRPC clients (curl, tonic).
 
+pub mod curl;
+pub mod grpc;
 pub mod https_origin;
 pub mod otlp;
+pub mod pki;
 pub mod servers;

@@ -408,87 +408,8 @@ pub fn log_with(server: &Server, needle: &str) -> String {
     }
 }
 
-/// Runs `openssl` with `args` in `dir`; panics with its stderr on failure.
-pub fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (Debian package openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A private CA (`ca.pem`), a server certificate for `localhost` and 127.0.0.1
-/// (`server.pem`, `server.key`) and a client certificate (`client.pem`, `client.key`), made
-/// with the openssl CLI as an operator would.
-pub fn make_pki(dir: &std::path::Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=test ca",
-        ],
-    );
-    for (name, ext) in [
-        (
-            "server",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        ),
-        ("client", "extendedKeyUsage=clientAuth\n"),
-    ] {
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                "2",
-                "-extfile",
-                &format!("{name}.ext"),
-            ],
-        );
-    }
-}
+#[allow(unused_imports)]
+pub use test_support::pki::{make_pki, openssl};
 
 /// `text` without the `Type::` prefixes wit-bindgen's Debug puts before variant names
 /// (`Error::InvalidAddress` -> `InvalidAddress`), so expectations read like the WIT.
