@@ -123,16 +123,16 @@ fn sqlite_databases_from_runtime_config_and_access_rules() {
         err.contains("`missing`") && err.contains("[sqlite_database.missing]"),
         "{err}"
     );
-    // A database type this runtime lacks is named.
-    let libsql = app("sqlite_databases = [\"default\"]");
+    // A database type Spin does not have is named (libSQL: tests/sqlite_libsql.rs).
+    let other = app("sqlite_databases = [\"default\"]");
     std::fs::write(
-        libsql.path().join("runtime-config.toml"),
-        "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"https://x\"\ntoken = \"t\"\n",
+        other.path().join("runtime-config.toml"),
+        "[sqlite_database.default]\ntype = \"postgres\"\n",
     )
     .unwrap();
-    let err = start_failure(libsql.path(), &[]);
+    let err = start_failure(other.path(), &[]);
     assert!(
-        err.contains("sqlite_database.default.type") && err.contains("libsql"),
+        err.contains("sqlite_database.default.type") && err.contains("\"libsql\""),
         "{err}"
     );
 }

@@ -12,6 +12,9 @@
 //! path = "data/app.db"   # relative to the runtime config file; omitted: in memory
 //! ```
 //!
+//! A remote libSQL database (Turso, `sqld`) is `type = "libsql"` with Spin's `url` and `token`;
+//! see [`libsql`].
+//!
 //! Each guest `open` gets its own SQLite connection to the file (so `changes` and
 //! `last-insert-rowid` are the guest connection's own, as in Spin); an in-memory database is
 //! one connection shared by the process, or it would be empty on every open.
@@ -46,6 +49,8 @@ use wasmtime::component::Resource;
 use super::bindings::fermyon::spin2_0_0::sqlite as v2;
 use super::bindings::spin::sqlite::sqlite as v3;
 use super::HostState;
+
+pub mod libsql;
 
 /// File name of the default database inside the state directory (Spin's name).
 pub const DEFAULT_DATABASE_FILE: &str = "sqlite_db.db";
@@ -85,6 +90,105 @@ pub enum DatabaseDefinition {
         /// Spin's `allow_attach_file`: the guest may `ATTACH` (and `VACUUM INTO`) files.
         allow_attach_file: bool,
     },
+    /// A remote libSQL database (`type = "libsql"`).
+    Libsql(libsql::LibsqlDefinition),
+}
+
+/// Why a SQLite call failed, for either backend; the guest gets it as the interface's
+/// `error` ([`From`] below), its text in `io`.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    /// The guest's SQL did something the rules of this module refuse.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The statement's host call was abandoned while it ran.
+    #[error(
+        "the statement was interrupted: its request ended (deadline, or the instance stopped) \
+         while it ran"
+    )]
+    Interrupted,
+    /// The rows are larger than [`MAX_RESULT_BYTES`].
+    #[error("query result exceeds limit of {MAX_RESULT_BYTES} bytes")]
+    ResultTooLarge,
+    /// SQLite's own error (a local database).
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// A remote libSQL database's error.
+    #[error(transparent)]
+    Libsql(#[from] libsql::LibsqlError),
+    /// The host is shutting down.
+    #[error("the SQLite host is shutting down")]
+    ShuttingDown,
+    /// The blocking thread running the call failed.
+    #[error("the SQLite statement did not finish: {0}")]
+    WorkerLost(#[source] tokio::task::JoinError),
+    /// The guest holds too many connections.
+    #[error("too many connections opened")]
+    TooManyConnections,
+    /// The database is not in the component's `sqlite_databases`.
+    #[error("access denied")]
+    AccessDenied,
+    /// The guest's connection handle is not (or no longer) valid.
+    #[error("invalid connection")]
+    InvalidConnection,
+}
+
+impl From<SqliteError> for v3::Error {
+    fn from(e: SqliteError) -> Self {
+        match e {
+            SqliteError::AccessDenied => v3::Error::AccessDenied,
+            SqliteError::InvalidConnection => v3::Error::InvalidConnection,
+            SqliteError::Sqlite(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) =>
+            {
+                v3::Error::Io(SqliteError::Interrupted.to_string())
+            }
+            other => v3::Error::Io(other.to_string()),
+        }
+    }
+}
+
+/// What the authorizer refused in a guest's statement, and how to allow it where possible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `ATTACH` (or `VACUUM INTO`) of a file.
+    #[error(
+        "ATTACH DATABASE (or VACUUM INTO) of the file {file} is not allowed: {}",
+        attach_rule(label)
+    )]
+    AttachFile {
+        /// The file name, quoted and cut ([`shown`]).
+        file: String,
+        /// The database label.
+        label: String,
+    },
+    /// `ATTACH` of a file name computed by an expression.
+    #[error(
+        "ATTACH DATABASE with a file name computed by an expression is not allowed: {}",
+        attach_rule(label)
+    )]
+    AttachExpression {
+        /// The database label.
+        label: String,
+    },
+    /// A `PRAGMA` that changes process-wide state.
+    #[error(
+        "PRAGMA {pragma} is not allowed: it changes state shared by every database of the \
+         process"
+    )]
+    ProcessWidePragma {
+        /// The pragma, lower-cased.
+        pragma: String,
+    },
+}
+
+/// The attachment rule and how to lift it for database `label`.
+fn attach_rule(label: &str) -> String {
+    format!(
+        "a component may attach only temporary ('') and in-memory (':memory:') databases (set \
+         allow_attach_file = true in [sqlite_database.{label}] of the runtime config to let it \
+         attach files)"
+    )
 }
 
 /// Parses the `sqlite_database` section of a runtime config; relative paths resolve
@@ -109,12 +213,14 @@ pub fn parse_runtime_config(
             .with_context(|| format!("{origin}: `{key}.type` is missing (use type = \"spin\")"))?;
         match kind {
             "spin" => {}
-            "libsql" => anyhow::bail!(
-                "{origin}: `{key}.type` = \"libsql\" (a remote libSQL database) is not \
-                 supported by this runtime; use type = \"spin\" (a local SQLite file)"
-            ),
+            "libsql" => {
+                let def = libsql::parse_definition(def, &key, origin)?;
+                out.insert(label.clone(), DatabaseDefinition::Libsql(def));
+                continue;
+            }
             other => anyhow::bail!(
-                "{origin}: `{key}.type` = \"{other}\" is not a database type; use \"spin\""
+                "{origin}: `{key}.type` = \"{other}\" is not a database type; use \"spin\" \
+                 (a local SQLite file) or \"libsql\" (a libSQL server, with `url` and `token`)"
             ),
         }
         for field in def.keys() {
@@ -155,7 +261,7 @@ pub fn parse_runtime_config(
 struct Sql {
     conn: rusqlite::Connection,
     /// Why the authorizer refused something in the statement being prepared.
-    refused: Arc<Mutex<Option<String>>>,
+    refused: Arc<Mutex<Option<Refusal>>>,
 }
 
 impl std::fmt::Debug for Sql {
@@ -170,14 +276,7 @@ type SharedSql = Arc<tokio::sync::Mutex<Sql>>;
 
 /// Whether the guest's SQL may do `action`; `Err` says what was refused and how to allow
 /// it where that is possible.
-fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Result<(), String> {
-    let attach_refused = |what: String| {
-        Err(format!(
-            "{what} is not allowed: a component may attach only temporary ('') and in-memory \
-             (':memory:') databases (set allow_attach_file = true in \
-             [sqlite_database.{label}] of the runtime config to let it attach files)"
-        ))
-    };
+fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Result<(), Refusal> {
     match action {
         AuthAction::Attach {
             filename: "" | ":memory:",
@@ -194,14 +293,16 @@ fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Re
         {
             Ok(())
         }
-        AuthAction::Attach { filename } => attach_refused(format!(
-            "ATTACH DATABASE (or VACUUM INTO) of the file {}",
-            shown(filename)
-        )),
+        AuthAction::Attach { filename } => Err(Refusal::AttachFile {
+            file: shown(filename),
+            label: label.to_string(),
+        }),
         AuthAction::Unknown {
             code: rusqlite::ffi::SQLITE_ATTACH,
             ..
-        } => attach_refused("ATTACH DATABASE with a file name computed by an expression".into()),
+        } => Err(Refusal::AttachExpression {
+            label: label.to_string(),
+        }),
         AuthAction::Pragma {
             pragma_name,
             pragma_value: Some(_),
@@ -209,11 +310,9 @@ fn authorize(action: AuthAction<'_>, label: &str, allow_attach_file: bool) -> Re
             .iter()
             .any(|p| p.eq_ignore_ascii_case(pragma_name)) =>
         {
-            Err(format!(
-                "PRAGMA {} is not allowed: it changes state shared by every database of the \
-                 process",
-                pragma_name.to_ascii_lowercase()
-            ))
+            Err(Refusal::ProcessWidePragma {
+                pragma: pragma_name.to_ascii_lowercase(),
+            })
         }
         _ => Ok(()),
     }
@@ -273,11 +372,11 @@ impl Drop for AbandonOnDrop {
 async fn run_blocking<T: Send + 'static>(
     sql: &SharedSql,
     work: impl FnOnce(&mut Sql) -> T + Send + 'static,
-) -> Result<T, v3::Error> {
+) -> Result<T, SqliteError> {
     let slot = statement_slots()
         .acquire()
         .await
-        .map_err(|_| v3::Error::Io("the SQLite host is shutting down".into()))?;
+        .map_err(|_| SqliteError::ShuttingDown)?;
     let mut sql = sql.clone().lock_owned().await;
     let abandoned = Arc::new(AtomicBool::new(false));
     let _abandon = AbandonOnDrop(abandoned.clone());
@@ -291,8 +390,7 @@ async fn run_blocking<T: Send + 'static>(
         sql.conn.progress_handler(0, None::<fn() -> bool>);
         out
     });
-    task.await
-        .map_err(|e| v3::Error::Io(format!("the SQLite statement did not finish: {e}")))
+    task.await.map_err(SqliteError::WorkerLost)
 }
 
 /// An opened database label.
@@ -304,6 +402,7 @@ enum Database {
         allow_attach_file: bool,
     },
     Memory(SharedSql),
+    Libsql(Arc<libsql::LibsqlDatabase>),
 }
 
 /// The databases a component may open, by label.
@@ -344,10 +443,17 @@ impl Databases {
                      with type = \"spin\" to the runtime config, or use \"default\""
                 ),
             };
-            let DatabaseDefinition::Spin {
-                path,
-                allow_attach_file,
-            } = def;
+            let (path, allow_attach_file) = match def {
+                DatabaseDefinition::Spin {
+                    path,
+                    allow_attach_file,
+                } => (path, allow_attach_file),
+                DatabaseDefinition::Libsql(def) => {
+                    let db = Database::Libsql(libsql::LibsqlDatabase::new(label, def));
+                    allowed.insert(label.clone(), Arc::new(db));
+                    continue;
+                }
+            };
             let db = match path {
                 Some(path) => {
                     if let Some(dir) = path.parent() {
@@ -393,13 +499,22 @@ impl Databases {
 
 /// A guest's open connection (the resource behind both versions' `connection`).
 pub struct SqliteConnection {
-    sql: SharedSql,
+    backend: Backend,
+}
+
+/// Where a guest connection's statements run.
+#[derive(Clone)]
+enum Backend {
+    /// A local database's connection.
+    Local(SharedSql),
+    /// A stream on a libSQL server.
+    Libsql(Arc<libsql::LibsqlConnection>),
 }
 
 impl HostState {
     /// The database `database` if the component lists it, else `access-denied` (logged with
     /// the fix).
-    fn sqlite_database(&self, database: &str) -> Result<Arc<Database>, v3::Error> {
+    fn sqlite_database(&self, database: &str) -> Result<Arc<Database>, SqliteError> {
         self.component
             .sqlite
             .allowed
@@ -413,26 +528,26 @@ impl HostState {
                     self.component.id,
                     self.component.id
                 );
-                v3::Error::AccessDenied
+                SqliteError::AccessDenied
             })
     }
 
-    async fn sqlite_open(&mut self, database: &str) -> Result<u32, v3::Error> {
+    async fn sqlite_open(&mut self, database: &str) -> Result<u32, SqliteError> {
         let conn = open_database(self.sqlite_database(database)?).await?;
         self.sqlite_push(conn)
     }
 
-    fn sqlite_push(&mut self, conn: SqliteConnection) -> Result<u32, v3::Error> {
+    fn sqlite_push(&mut self, conn: SqliteConnection) -> Result<u32, SqliteError> {
         self.push_connection(conn)
             .map(|r| r.rep())
-            .map_err(|()| v3::Error::Io("too many connections opened".into()))
+            .map_err(|()| SqliteError::TooManyConnections)
     }
 
-    fn sqlite_conn(&mut self, rep: u32) -> Result<SharedSql, v3::Error> {
+    fn sqlite_conn(&mut self, rep: u32) -> Result<Backend, SqliteError> {
         self.table()
             .get(&Resource::<SqliteConnection>::new_borrow(rep))
-            .map(|c| c.sql.clone())
-            .map_err(|_| v3::Error::InvalidConnection)
+            .map(|c| c.backend.clone())
+            .map_err(|_| SqliteError::InvalidConnection)
     }
 
     fn sqlite_drop(&mut self, rep: u32) -> wasmtime::Result<()> {
@@ -441,34 +556,45 @@ impl HostState {
 }
 
 /// A new guest connection to `db` (a file is opened on a blocking thread; the in-memory
-/// database's one connection is shared).
-async fn open_database(db: Arc<Database>) -> Result<SqliteConnection, v3::Error> {
-    if let Database::Memory(sql) = &*db {
-        return Ok(SqliteConnection { sql: sql.clone() });
-    }
-    let opened = tokio::task::spawn_blocking(move || match &*db {
+/// database's one connection is shared; a libSQL stream opens with its first statement).
+async fn open_database(db: Arc<Database>) -> Result<SqliteConnection, SqliteError> {
+    let (path, label, allow_attach_file) = match &*db {
+        Database::Memory(sql) => {
+            return Ok(SqliteConnection {
+                backend: Backend::Local(sql.clone()),
+            })
+        }
+        Database::Libsql(remote) => {
+            return Ok(SqliteConnection {
+                backend: Backend::Libsql(Arc::new(libsql::LibsqlConnection::new(remote.clone()))),
+            })
+        }
         Database::File {
             path,
             label,
             allow_attach_file,
-        } => connect(Some(path), label, *allow_attach_file),
-        Database::Memory(_) => unreachable!("returned above"),
-    })
-    .await
-    .map_err(|e| v3::Error::Io(format!("opening the database failed: {e}")))?
-    .map_err(|e| v3::Error::Io(e.to_string()))?;
+        } => (path.clone(), label.clone(), *allow_attach_file),
+    };
+    let opened =
+        tokio::task::spawn_blocking(move || connect(Some(&path), &label, allow_attach_file))
+            .await
+            .map_err(SqliteError::WorkerLost)??;
     Ok(SqliteConnection {
-        sql: Arc::new(tokio::sync::Mutex::new(opened)),
+        backend: Backend::Local(Arc::new(tokio::sync::Mutex::new(opened))),
     })
 }
 
-/// Runs one statement, as Spin does (every row, every column, the byte cap on the result),
-/// off the async workers and interrupted if the call is abandoned.
+/// Runs one statement, as Spin does (every row, every column, the byte cap on the result):
+/// on a local database off the async workers and interrupted if the call is abandoned.
 async fn execute(
-    sql: SharedSql,
+    backend: Backend,
     statement: String,
     parameters: Vec<v3::Value>,
-) -> Result<v3::QueryResult, v3::Error> {
+) -> Result<v3::QueryResult, SqliteError> {
+    let sql = match backend {
+        Backend::Local(sql) => sql,
+        Backend::Libsql(remote) => return remote.execute(statement, parameters).await,
+    };
     run_blocking(&sql, move |sql| {
         sql.refused.lock().unwrap_or_else(|p| p.into_inner()).take();
         let result = execute_on(&sql.conn, &statement, parameters);
@@ -476,7 +602,7 @@ async fn execute(
             result,
             sql.refused.lock().unwrap_or_else(|p| p.into_inner()).take(),
         ) {
-            (Err(_), Some(why)) => Err(v3::Error::Io(why)),
+            (Err(_), Some(why)) => Err(why.into()),
             (result, _) => result,
         }
     })
@@ -488,17 +614,9 @@ fn execute_on(
     conn: &rusqlite::Connection,
     statement: &str,
     parameters: Vec<v3::Value>,
-) -> Result<v3::QueryResult, v3::Error> {
+) -> Result<v3::QueryResult, SqliteError> {
     use rusqlite::types::{Value, ValueRef};
-    let io = |e: rusqlite::Error| match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::OperationInterrupted) => v3::Error::Io(
-            "the statement was interrupted: its request ended (deadline, or the instance \
-             stopped) while it ran"
-                .into(),
-        ),
-        _ => v3::Error::Io(e.to_string()),
-    };
-    let mut stmt = conn.prepare_cached(statement).map_err(io)?;
+    let mut stmt = conn.prepare_cached(statement)?;
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
     let params = parameters.into_iter().map(|p| match p {
         v3::Value::Integer(i) => Value::Integer(i),
@@ -507,45 +625,54 @@ fn execute_on(
         v3::Value::Blob(b) => Value::Blob(b),
         v3::Value::Null => Value::Null,
     });
-    let mut rows = stmt.query(rusqlite::params_from_iter(params)).map_err(io)?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
     let mut out = Vec::new();
     let mut bytes = std::mem::size_of::<v3::QueryResult>();
-    while let Some(row) = rows.next().map_err(io)? {
+    while let Some(row) = rows.next()? {
         let mut values = Vec::with_capacity(columns.len());
         for i in 0..columns.len() {
-            let value = match row.get_ref(i).map_err(io)? {
+            let value = match row.get_ref(i)? {
                 ValueRef::Null => v3::Value::Null,
                 ValueRef::Integer(i) => v3::Value::Integer(i),
                 ValueRef::Real(r) => v3::Value::Real(r),
                 ValueRef::Text(t) => v3::Value::Text(String::from_utf8_lossy(t).into_owned()),
                 ValueRef::Blob(b) => v3::Value::Blob(b.to_vec()),
             };
-            bytes += std::mem::size_of::<v3::Value>()
-                + match &value {
-                    v3::Value::Text(t) => t.len(),
-                    v3::Value::Blob(b) => b.len(),
-                    _ => 0,
-                };
+            bytes += value_bytes(&value);
             values.push(value);
         }
         if bytes > MAX_RESULT_BYTES {
-            return Err(v3::Error::Io(format!(
-                "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
-            )));
+            return Err(SqliteError::ResultTooLarge);
         }
         out.push(v3::RowResult { values });
     }
     Ok(v3::QueryResult { columns, rows: out })
 }
 
+/// What `value` counts toward a result's [`MAX_RESULT_BYTES`] (its size and its bytes).
+fn value_bytes(value: &v3::Value) -> usize {
+    std::mem::size_of::<v3::Value>()
+        + match value {
+            v3::Value::Text(t) => t.len(),
+            v3::Value::Blob(b) => b.len(),
+            _ => 0,
+        }
+}
+
 /// `last-insert-rowid` of a connection (after any statement running on it).
-async fn last_insert_rowid(sql: SharedSql) -> i64 {
-    sql.lock().await.conn.last_insert_rowid()
+async fn last_insert_rowid(backend: Backend) -> i64 {
+    match backend {
+        Backend::Local(sql) => sql.lock().await.conn.last_insert_rowid(),
+        Backend::Libsql(remote) => remote.last_insert_rowid().await,
+    }
 }
 
 /// `changes` of a connection (after any statement running on it).
-async fn changes(sql: SharedSql) -> u64 {
-    sql.lock().await.conn.changes()
+async fn changes(backend: Backend) -> u64 {
+    match backend {
+        Backend::Local(sql) => sql.lock().await.conn.changes(),
+        Backend::Libsql(remote) => remote.changes().await,
+    }
 }
 
 impl v3::Host for HostState {}
@@ -555,7 +682,11 @@ impl v3::HostConnection for HostState {
         &mut self,
         database: String,
     ) -> wasmtime::Result<Result<Resource<v3::Connection>, v3::Error>> {
-        Ok(self.sqlite_open(&database).await.map(Resource::new_own))
+        Ok(self
+            .sqlite_open(&database)
+            .await
+            .map(Resource::new_own)
+            .map_err(Into::into))
     }
 
     async fn execute(
@@ -565,9 +696,10 @@ impl v3::HostConnection for HostState {
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<v3::QueryResult, v3::Error>> {
         Ok(match self.sqlite_conn(connection.rep()) {
-            Ok(sql) => execute(sql, statement, parameters).await,
+            Ok(backend) => execute(backend, statement, parameters).await,
             Err(e) => Err(e),
-        })
+        }
+        .map_err(Into::into))
     }
 
     async fn last_insert_rowid(
@@ -586,8 +718,8 @@ impl v3::HostConnection for HostState {
     }
 }
 
-fn to_v2_error(e: v3::Error) -> v2::Error {
-    match e {
+fn to_v2_error(e: SqliteError) -> v2::Error {
+    match v3::Error::from(e) {
         v3::Error::NoSuchDatabase => v2::Error::NoSuchDatabase,
         v3::Error::AccessDenied => v2::Error::AccessDenied,
         v3::Error::InvalidConnection => v2::Error::InvalidConnection,
@@ -638,7 +770,7 @@ impl v2::HostConnection for HostState {
     ) -> wasmtime::Result<Result<v2::QueryResult, v2::Error>> {
         let params = parameters.into_iter().map(from_v2_value).collect();
         let result = match self.sqlite_conn(connection.rep()) {
-            Ok(sql) => execute(sql, statement, params).await,
+            Ok(backend) => execute(backend, statement, params).await,
             Err(e) => Err(e),
         };
         Ok(result
@@ -711,13 +843,15 @@ mod v3_1 {
     pub(super) async fn open_async(acc: &Accessor, database: String) -> Opened {
         let db = match with_host(acc, |h| h.sqlite_database(&database)) {
             Ok(db) => db,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok(Err(e.into())),
         };
         let conn = match super::open_database(db).await {
             Ok(conn) => conn,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => return Ok(Err(e.into())),
         };
-        Ok(with_host(acc, |h| h.sqlite_push(conn)).map(Resource::new_own))
+        Ok(with_host(acc, |h| h.sqlite_push(conn))
+            .map(Resource::new_own)
+            .map_err(Into::into))
     }
 
     pub(super) async fn execute_async(
@@ -726,16 +860,16 @@ mod v3_1 {
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<Rows, v3::Error>> {
-        let sql = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
-            Ok(sql) => sql,
-            Err(e) => return Ok(Err(e)),
+        let backend = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
+            Ok(backend) => backend,
+            Err(e) => return Ok(Err(e.into())),
         };
-        match super::execute(sql, statement, parameters).await {
+        match super::execute(backend, statement, parameters).await {
             Ok(result) => {
                 let (rows, done) = stream_and_future(acc, result.rows, Ok(()))?;
                 Ok(Ok((result.columns, rows, done)))
             }
-            Err(e) => Ok(Err(e)),
+            Err(e) => Ok(Err(e.into())),
         }
     }
 
@@ -743,13 +877,13 @@ mod v3_1 {
         acc: &Accessor,
         this: Conn,
     ) -> wasmtime::Result<i64> {
-        let sql = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
-        Ok(super::last_insert_rowid(sql).await)
+        let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        Ok(super::last_insert_rowid(backend).await)
     }
 
     pub(super) async fn changes_async(acc: &Accessor, this: Conn) -> wasmtime::Result<u64> {
-        let sql = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
-        Ok(super::changes(sql).await)
+        let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        Ok(super::changes(backend).await)
     }
 }
 
@@ -820,7 +954,9 @@ mod tests {
         };
         assert!(authorize(attach(""), "db", false).is_ok());
         assert!(authorize(attach(":memory:"), "db", false).is_ok());
-        let e = authorize(attach("/etc/x.db"), "db", false).unwrap_err();
+        let e = authorize(attach("/etc/x.db"), "db", false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("\"/etc/x.db\"") && e.contains("[sqlite_database.db]"),
             "{e}"
@@ -833,7 +969,9 @@ mod tests {
         assert!(authorize(pragma("temp_store_directory", None), "db", false).is_ok());
         assert!(authorize(pragma("journal_mode", Some("wal")), "db", false).is_ok());
         let long = "x".repeat(5000);
-        let e = authorize(attach(&long), "db", false).unwrap_err();
+        let e = authorize(attach(&long), "db", false)
+            .unwrap_err()
+            .to_string();
         assert!(e.len() < 700 && e.contains("(5000 bytes)"), "{e}");
     }
 }
