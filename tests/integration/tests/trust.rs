@@ -137,6 +137,22 @@ struct HelperSamples {
     /// Helper processes of the shims seen (`--compile-helper` children and grandchildren),
     /// with their uid and memory cgroup.
     helpers: Vec<(u32, String)>,
+    /// Largest CPU time (user and system, ms) of a shim server process.
+    shim_cpu_ms: u64,
+    /// Largest `cpuacct.usage` (ms) of a pod-level cgroup as for `pod_max_usage_kib`.
+    pod_cpu_ms: u64,
+}
+
+/// CPU time (user and system) of `pid` in ms.
+fn cpu_ms(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime), counted after the command name; in clock ticks.
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf without pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1000 / hz)
 }
 
 /// Pod-level memory cgroups `run_spin_app` makes (`/sys/fs/cgroup/memory/spintest-*`).
@@ -153,6 +169,9 @@ fn test_pods() -> Vec<PathBuf> {
 impl HelperSamples {
     /// Samples the helpers of `shims` and the pods not in `before`.
     fn sample(&mut self, shims: &[i32], before: &[PathBuf]) {
+        for &s in shims {
+            self.shim_cpu_ms = self.shim_cpu_ms.max(cpu_ms(s).unwrap_or(0));
+        }
         let helper = |p: &i32| {
             integration::cmdline(*p).get(1).map(String::as_str) == Some("--compile-helper")
         };
@@ -172,7 +191,8 @@ impl HelperSamples {
                 })
                 .map(|l| l.path)
                 .unwrap_or_default();
-            if memcg != "/" && !self.helpers.contains(&(uid, memcg.clone())) {
+            if !matches!(memcg.as_str(), "" | "/") && !self.helpers.contains(&(uid, memcg.clone()))
+            {
                 self.helpers.push((uid, memcg));
             }
         }
@@ -182,6 +202,14 @@ impl HelperSamples {
                 .and_then(|s| s.trim().parse::<u64>().ok())
             {
                 self.pod_max_usage_kib = self.pod_max_usage_kib.max(u >> 10);
+            }
+            let cpuacct =
+                Path::new("/sys/fs/cgroup/cpuacct").join(p.file_name().unwrap_or_default());
+            if let Some(ns) = std::fs::read_to_string(cpuacct.join("cpuacct.usage"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                self.pod_cpu_ms = self.pod_cpu_ms.max(ns / 1_000_000);
             }
         }
     }
@@ -1245,9 +1273,9 @@ fn artifact_layers_are_unpacked_in_the_pods_cgroup() {
                 Err(e) => format!("{e:#}"),
             };
             println!(
-                "{name}: Create failed after {ms} ms; shim VmHWM {} KiB (idle {idle}); pod \
-                 cgroup peak {} KiB; helpers {:?}",
-                shim_hwm_kib, s.pod_max_usage_kib, s.helpers
+                "{name}: Create failed after {ms} ms; shim VmHWM {} KiB (idle {idle}), CPU {} ms; \
+                 pod cgroup peak {} KiB, CPU {} ms; helpers {:?}",
+                shim_hwm_kib, s.shim_cpu_ms, s.pod_max_usage_kib, s.pod_cpu_ms, s.helpers
             );
             let missing: Vec<_> = wants.iter().filter(|w| !e.contains(**w)).collect();
             if !missing.is_empty() {
