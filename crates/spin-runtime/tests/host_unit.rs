@@ -292,7 +292,7 @@ fn runtime_config_parses_stores_relative_to_its_dir() {
     ));
 
     let err = RuntimeConfig::parse(
-        "[key_value_store.x]\ntype = \"azure_cosmos\"\n",
+        "[key_value_store.x]\ntype = \"mongodb\"\n",
         Path::new("/"),
         "rc.toml",
     )

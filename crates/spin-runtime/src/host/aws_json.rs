@@ -1,6 +1,7 @@
 //! A client for AWS's JSON protocol (`POST /` with `x-amz-target: <prefix>.<Action>` and a
 //! JSON body, signed with SigV4 by the `aws-sigv4` crate): what the DynamoDB key-value store
-//! speaks. HTTPS is verified with the platform's trust store ([`super::tls::trust_store`]).
+//! speaks; and [`send`], the one-request HTTP(S) transport it and the Cosmos DB store use.
+//! HTTPS is verified with the platform's trust store ([`super::tls::trust_store`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -54,7 +55,6 @@ pub struct AwsCredentials {
 /// One AWS service endpoint called as one identity.
 pub struct AwsJsonClient {
     endpoint: http::Uri,
-    tls: bool,
     region: String,
     service: &'static str,
     target_prefix: &'static str,
@@ -84,14 +84,7 @@ impl AwsJsonClient {
         let uri: http::Uri = endpoint
             .parse()
             .map_err(|e| anyhow!("`{endpoint}` is not a URL such as https://host[:port]: {e}"))?;
-        let tls = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => bail!("`{endpoint}`: use an http:// or https:// URL"),
-        };
-        if uri.host().is_none() {
-            bail!("`{endpoint}` has no host");
-        }
+        check_endpoint(&uri)?;
         let identity = aws_credential_types::Credentials::new(
             credentials.access_key,
             credentials.secret_key,
@@ -102,7 +95,6 @@ impl AwsJsonClient {
         .into();
         Ok(AwsJsonClient {
             endpoint: uri,
-            tls,
             region: region.to_string(),
             service,
             target_prefix,
@@ -148,42 +140,16 @@ impl AwsJsonClient {
         Ok(request.map(|()| Full::new(Bytes::from(body))))
     }
 
-    /// Opens a connection to the endpoint: the one place this client connects.
-    async fn send(
-        &self,
-        request: http::Request<Full<Bytes>>,
-    ) -> anyhow::Result<(http::StatusCode, Bytes)> {
-        let host = self.endpoint.host().unwrap_or_default();
-        let port = self
-            .endpoint
-            .port_u16()
-            .unwrap_or(if self.tls { 443 } else { 80 });
-        let tcp = tokio::time::timeout(IO_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
-            .await
-            .map_err(|_| anyhow!("no connection to {host}:{port} within {IO_TIMEOUT:?}"))?
-            .with_context(|| format!("cannot connect to {host}:{port}"))?;
-        if !self.tls {
-            return exchange(tcp, request).await;
-        }
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
-        let config = super::tls::trust_store().data.config.clone();
-        let stream = tokio::time::timeout(
-            IO_TIMEOUT,
-            tokio_rustls::TlsConnector::from(config).connect(name, tcp),
-        )
-        .await
-        .map_err(|_| anyhow!("no TLS handshake with {host} within {IO_TIMEOUT:?}"))?
-        .context("TLS handshake (verified with the platform's trust store)")?;
-        exchange(stream, request).await
-    }
-
     /// Calls `action` with `body`; the reply's JSON, or the service's error.
     pub async fn call(&self, action: &str, body: &Value) -> Result<Value, AwsError> {
         let request = serde_json::to_vec(body)
             .map_err(anyhow::Error::from)
             .and_then(|b| self.request(action, b))
             .map_err(AwsError::Transport)?;
-        let (status, bytes) = self.send(request).await.map_err(AwsError::Transport)?;
+        let reply = send(&self.endpoint, request)
+            .await
+            .map_err(AwsError::Transport)?;
+        let (status, bytes) = (reply.status(), reply.into_body());
         let value: Value = if bytes.is_empty() {
             Value::Null
         } else {
@@ -210,11 +176,51 @@ impl AwsJsonClient {
     }
 }
 
+/// Checks that `endpoint` is an http:// or https:// URL with a host.
+pub fn check_endpoint(endpoint: &http::Uri) -> anyhow::Result<()> {
+    if !matches!(endpoint.scheme_str(), Some("https" | "http")) {
+        bail!("`{endpoint}`: use an http:// or https:// URL");
+    }
+    if endpoint.host().is_none() {
+        bail!("`{endpoint}` has no host");
+    }
+    Ok(())
+}
+
+/// Sends `request` to `endpoint` (checked by [`check_endpoint`]) over a new connection, TLS
+/// for https:// (verified with the platform's trust store): the one place these clients
+/// connect. The reply's status, headers and body (at most [`MAX_REPLY`] bytes).
+pub async fn send(
+    endpoint: &http::Uri,
+    request: http::Request<Full<Bytes>>,
+) -> anyhow::Result<http::Response<Bytes>> {
+    let tls = endpoint.scheme_str() == Some("https");
+    let host = endpoint.host().unwrap_or_default();
+    let port = endpoint.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let tcp = tokio::time::timeout(IO_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+        .await
+        .map_err(|_| anyhow!("no connection to {host}:{port} within {IO_TIMEOUT:?}"))?
+        .with_context(|| format!("cannot connect to {host}:{port}"))?;
+    if !tls {
+        return exchange(tcp, request).await;
+    }
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+    let config = super::tls::trust_store().data.config.clone();
+    let stream = tokio::time::timeout(
+        IO_TIMEOUT,
+        tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| anyhow!("no TLS handshake with {host} within {IO_TIMEOUT:?}"))?
+    .context("TLS handshake (verified with the platform's trust store)")?;
+    exchange(stream, request).await
+}
+
 /// One HTTP/1.1 exchange over `io`, bounded by [`IO_TIMEOUT`].
 async fn exchange<S>(
     io: S,
     request: http::Request<Full<Bytes>>,
-) -> anyhow::Result<(http::StatusCode, Bytes)>
+) -> anyhow::Result<http::Response<Bytes>>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -222,14 +228,13 @@ where
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
     let conn = tokio::spawn(conn);
     let result = tokio::time::timeout(IO_TIMEOUT, async {
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let body = http_body_util::Limited::new(response.into_body(), MAX_REPLY)
+        let (head, body) = sender.send_request(request).await?.into_parts();
+        let body = http_body_util::Limited::new(body, MAX_REPLY)
             .collect()
             .await
             .map_err(|e| anyhow!("reading the reply: {e}"))?
             .to_bytes();
-        anyhow::Ok((status, body))
+        anyhow::Ok(http::Response::from_parts(head, body))
     })
     .await
     .map_err(|_| anyhow!("no reply within {IO_TIMEOUT:?}"));

@@ -1,5 +1,6 @@
 //! Key-value stores: SQLite (Spin's `type = "spin"`), Redis (`type = "redis"`, see
-//! [`RedisStore`]) and AWS DynamoDB (`type = "aws_dynamo"`, see [`DynamoStore`]), the runtime
+//! [`RedisStore`]), AWS DynamoDB (`type = "aws_dynamo"`, see [`DynamoStore`]) and Azure
+//! Cosmos DB (`type = "azure_cosmos"`, see [`CosmosStore`]), the runtime
 //! config that declares them, and the guest interfaces `fermyon:spin/key-value@2.0.0` (and
 //! Spin 4's `spin:key-value@3.0.0`) and `wasi:keyvalue/{store,batch,atomics}@0.2.0-draft2`.
 //!
@@ -34,8 +35,10 @@ use super::bindings::wasi::keyvalue::store as wasi_store;
 use super::bindings::wasi::keyvalue::{atomics as wasi_atomics, batch as wasi_batch};
 use super::HostState;
 
+mod cosmos;
 mod dynamo;
 mod redis_store;
+pub use cosmos::{CosmosDefinition, CosmosKvError, CosmosStore};
 pub use dynamo::{DynamoDefinition, DynamoKvError, DynamoStore};
 pub use redis_store::{RedisKvError, RedisStore};
 
@@ -54,6 +57,8 @@ pub enum StoreDefinition {
     Redis(String),
     /// An AWS DynamoDB table (`type = "aws_dynamo"`).
     Dynamo(DynamoDefinition),
+    /// An Azure Cosmos DB container (`type = "azure_cosmos"`).
+    Cosmos(CosmosDefinition),
 }
 
 impl StoreDefinition {
@@ -69,6 +74,13 @@ impl StoreDefinition {
                 d.region,
                 d.table,
                 d.credentials.as_ref().map_or("", |c| c.0.as_str())
+            ))),
+            StoreDefinition::Cosmos(c) => Some(PathBuf::from(format!(
+                "azure_cosmos:{}/{}/{}/{}",
+                c.endpoint.as_deref().unwrap_or(&c.account),
+                c.database,
+                c.container,
+                c.key
             ))),
         }
     }
@@ -210,9 +222,29 @@ impl RuntimeConfig {
                             credentials,
                         })
                     }
+                    "azure_cosmos" => {
+                        let required = |name: &str| -> anyhow::Result<String> {
+                            Ok(str_field(name)?
+                                .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
+                                .to_string())
+                        };
+                        let secret = str_field("key")?.with_context(|| {
+                            format!(
+                                "{origin}: `{key}.key` is missing: this runtime reaches Cosmos DB \
+                                 with the account's key only (no Microsoft Entra ID credentials)"
+                            )
+                        })?;
+                        StoreDefinition::Cosmos(CosmosDefinition {
+                            key: secret.to_string(),
+                            account: required("account")?,
+                            database: required("database")?,
+                            container: required("container")?,
+                            endpoint: str_field("endpoint")?.map(str::to_string),
+                        })
+                    }
                     other => anyhow::bail!(
                         "{origin}: `{key}.type` = \"{other}\" is not supported; use \"spin\" \
-                         (SQLite), \"redis\" or \"aws_dynamo\""
+                         (SQLite), \"redis\", \"aws_dynamo\" or \"azure_cosmos\""
                     ),
                 };
                 config.key_value_stores.insert(label.clone(), store);
@@ -493,6 +525,14 @@ pub enum KvError {
         /// What failed.
         source: DynamoKvError,
     },
+    /// A `type = "azure_cosmos"` store.
+    #[error("key-value store `{label}`: {source}")]
+    Cosmos {
+        /// The store's label.
+        label: String,
+        /// What failed.
+        source: CosmosKvError,
+    },
 }
 
 /// The operations every key-value backend provides; the guest interfaces await them, so a
@@ -606,6 +646,7 @@ pub fn open_definition(label: &str, def: &StoreDefinition) -> anyhow::Result<KvS
         )?))),
         StoreDefinition::Redis(url) => KvStore::new(RedisStore::open(label, url)?),
         StoreDefinition::Dynamo(d) => KvStore::new(DynamoStore::open(label, d)?),
+        StoreDefinition::Cosmos(c) => KvStore::new(CosmosStore::open(label, c)?),
     })
 }
 
