@@ -291,6 +291,10 @@ impl spin_runtime::Confinement for ProcessConfinement {
     fn check_file(&self, path: &Path) -> anyhow::Result<()> {
         self.0.check_source(path)
     }
+
+    fn serving(&self) {
+        self.0.release_startup_memory();
+    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,10 @@ pub trait Confinement: Send + Sync + std::fmt::Debug {
 
     /// Refuses a single `files` entry whose host file the guest may not see.
     fn check_file(&self, path: &Path) -> anyhow::Result<()>;
+
+    /// Called once the app's triggers run: the process may give back memory that only
+    /// its start needed (loading, compiling). Does nothing by default.
+    fn serving(&self) {}
 }
 
 /// The process's confinement, set by [`run_app_in_container`]: one process, one confinement.
@@ -277,6 +281,9 @@ fn serve_in_runtime(
                 };
                 if let Some(addr) = addr {
                     tracing::info!("Serving {scheme}://{addr}");
+                }
+                if let Some(c) = confinement() {
+                    c.serving();
                 }
             },
             shutdown,

@@ -397,6 +397,8 @@ pub struct Confinement {
     allow: AllowList,
     /// Landlock's ABI version, or why it is unavailable.
     landlock: Result<i64, String>,
+    /// The executable's clean mappings, found while `/proc` is still readable.
+    code: crate::memory::ExecutableCode,
 }
 
 /// What [`Confinement::apply`] did, for the log line and tests.
@@ -436,7 +438,11 @@ impl Confinement {
                  further down are left to the device cgroup"
             ),
         }
-        let c = Self::new(Path::new("/"), allow, landlock_abi());
+        let mut c = Self::new(Path::new("/"), allow, landlock_abi());
+        match crate::memory::ExecutableCode::find() {
+            Ok(code) => c.code = code,
+            Err(e) => tracing::debug!("finding the executable's mappings in /proc/self/smaps: {e}"),
+        }
         if let Err(reason) = &c.landlock {
             tracing::warn!(
                 "Landlock is unavailable ({reason}): guests get preopens of the allowed \
@@ -453,6 +459,23 @@ impl Confinement {
             root: root.to_path_buf(),
             allow,
             landlock,
+            code: Default::default(),
+        }
+    }
+
+    /// Gives back memory only the runtime's start needed, once it serves: the free heap
+    /// and the executable's pages mapped so far, of which those still used fault back in
+    /// ([`crate::memory`]). Works confined: the mappings were found by
+    /// [`Confinement::for_this_process`]. Call it once.
+    /// Afterwards, each time the runtime has been idle for `SPIN_SHIM_IDLE_RELEASE_SECS`
+    /// (default 30) after work, it does so again ([`crate::memory::spawn_idle_release`]).
+    pub fn release_startup_memory(&self) {
+        crate::memory::trim_heap();
+        if let Err(e) = self.code.release() {
+            tracing::debug!("releasing the executable's idle pages: {e}");
+        }
+        if let Some(period) = crate::memory::idle_release_period() {
+            crate::memory::spawn_idle_release(self.code.clone(), period);
         }
     }
 

@@ -39,6 +39,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod logging;
+pub mod memory;
 pub mod oom;
 pub mod service;
 pub mod shim;
@@ -78,6 +79,11 @@ pub fn shim_names() -> &'static ShimNames {
 pub(crate) fn engines() -> &'static [Arc<dyn Engine>] {
     &setup().engines
 }
+
+/// Worker threads of the server's tokio runtime. Its work is a few ttrpc calls per
+/// container, and blocking work runs on tokio's blocking pool: one worker per CPU (tokio's
+/// default) only adds threads, each with its stack and a malloc arena, in every pod.
+const SERVER_WORKERS: usize = 2;
 
 /// Entry point of the shim binary: `engine` runs what it can handle, the built-in WASI
 /// engine and native programs the rest; the runtime id and state paths derive from the
@@ -121,8 +127,15 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
                 std::process::exit(1);
             }
         }
+        if let Some(period) = memory::idle_release_period() {
+            match memory::ExecutableCode::find() {
+                Ok(code) => memory::spawn_idle_release(code, period),
+                Err(e) => tracing::debug!("finding the executable's mappings: {e}"),
+            }
+        }
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(SERVER_WORKERS)
         .enable_all()
         .build()
         .expect("tokio runtime");

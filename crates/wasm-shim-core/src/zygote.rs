@@ -358,8 +358,16 @@ impl Client {
     }
 
     /// Sends a create request and waits for the container's init pid. Blocking: call it
-    /// from `spawn_blocking`. Creates are served one at a time.
+    /// from `spawn_blocking`. Creates are served one at a time. Afterwards the server gives
+    /// back what the create made it map and allocate ([`crate::memory`]).
     pub fn create(&self, req: &CreateRequest) -> anyhow::Result<i32> {
+        let pid = self.request(req);
+        crate::memory::release_idle_memory();
+        pid
+    }
+
+    /// [`Client::create`]'s request and reply.
+    fn request(&self, req: &CreateRequest) -> anyhow::Result<i32> {
         let timeout = self.timeout()?;
         let mut line = serde_json::to_vec(req)?;
         line.push(b'\n');
@@ -551,6 +559,8 @@ fn serve(mut reader: std::io::BufReader<UnixStream>, stream: UnixStream, executo
         if writer.write_all(out.as_bytes()).is_err() {
             return;
         }
+        // Idle until the next create, which may never come.
+        crate::memory::release_idle_memory();
     }
 }
 
