@@ -1,4 +1,5 @@
-//! `shim-bench [all|start|http|memory|http-local]` (root but for `http-local`): benchmarks of
+//! `shim-bench [all|start|http|memory|http-local|backends]` (root but for `http-local` and
+//! `backends`): benchmarks of
 //! `io.containerd.spin.v2` through CRI on a private containerd 1.6 (host cgroup v1 layout,
 //! kubelet systemd-style Burstable pods, host network), each row beside a baseline measured
 //! in the same run.
@@ -10,6 +11,7 @@
 //! `http-local`: the same without containerd (native, `wasmtime serve`, `spin-serve`).
 //! `memory`: a hello pod beside the native one, idle after 200 requests and under load
 //! (PSS of the shim, its helper and the container), then density.
+//! `backends`: key-value-bound routes on Redis and SQLite at c=1 and c=16 ([`backends`]).
 //! `all`: cold start, first start of JS/Python/Rust SDK apps, the HTTP comparison and its
 //! profile, memory (PSS/RSS), density, stats latency.
 //! Raw samples go to `target/bench/`, the report to `docs/benchmarks.md` (`all`),
@@ -24,6 +26,7 @@
 //! 200). Run through `scripts/bench*.sh`, which build what is needed and install
 //! `wasmtime-cli` (`WASMTIME_BIN`).
 
+mod backends;
 mod http;
 
 use std::fmt::Write as _;
@@ -1101,6 +1104,11 @@ async fn run(mode: &str) -> Result<()> {
                 "\n## 2. First start of SDK apps (Rust, JavaScript, Python)\n\n{table}"
             )?;
             http_and_memory(&mut b, &mut cri, secs, true).await?;
+            let kv = tokio::task::spawn_blocking(backends::section).await??;
+            writeln!(
+                b.report,
+                "\n## Key-value backends under concurrency\n\n{kv}"
+            )?;
             density(&mut b, &cri, pods).await?;
             stats_latency(&mut b, &mut cri, calls).await?;
         }
@@ -1138,9 +1146,12 @@ fn main() -> Result<()> {
     if mode == "http-local" {
         return http::run_local();
     }
+    if mode == "backends" {
+        return backends::run_local();
+    }
     ensure!(
         matches!(mode.as_str(), "all" | "start" | "http" | "memory"),
-        "unknown mode {mode:?}; usage: shim-bench [all|start|http|memory|http-local]"
+        "unknown mode {mode:?}; usage: shim-bench [all|start|http|memory|http-local|backends]"
     );
     ensure!(
         nix_is_root(),
