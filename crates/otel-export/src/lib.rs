@@ -650,6 +650,35 @@ pub fn set_parent_from(span: &tracing::Span, headers: &http::HeaderMap) {
     let _ = span.set_parent(cx);
 }
 
+/// Request metadata of a ttrpc call (containerd's Task API), read as W3C trace context:
+/// keys case-insensitively, the first value of each.
+struct MetadataExtractor<'a>(&'a std::collections::HashMap<String, Vec<String>>);
+
+impl Extractor for MetadataExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .and_then(|(_, v)| v.first())
+            .map(String::as_str)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+/// Makes `span` (not yet entered) a child of the `traceparent` (and `tracestate`) in a ttrpc
+/// call's metadata, which containerd 2.x sends its shims when its own tracing is on; a call
+/// without one leaves `span` a root.
+pub fn set_parent_from_metadata(
+    span: &tracing::Span,
+    metadata: &std::collections::HashMap<String, Vec<String>>,
+) {
+    let cx = TraceContextPropagator::new().extract(&MetadataExtractor(metadata));
+    let _ = span.set_parent(cx);
+}
+
 /// A span's OpenTelemetry context, kept to parent spans made outside it (in another task,
 /// after it ended) without keeping the span itself open.
 #[derive(Clone, Debug, Default)]
@@ -684,6 +713,27 @@ mod tests {
     fn host_call_names() {
         assert_eq!(bare_function("[method]store.get"), "store.get");
         assert_eq!(bare_function("get"), "get");
+    }
+
+    #[test]
+    fn ttrpc_metadata_is_read_as_trace_context() {
+        let mut md = std::collections::HashMap::new();
+        md.insert(
+            "Traceparent".to_string(),
+            vec!["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string()],
+        );
+        let x = MetadataExtractor(&md);
+        assert_eq!(
+            x.get("traceparent"),
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        );
+        assert_eq!(x.get("tracestate"), None);
+        let cx = TraceContextPropagator::new().extract(&x);
+        use opentelemetry::trace::TraceContextExt as _;
+        assert_eq!(
+            format!("{:032x}", cx.span().span_context().trace_id()),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
     }
 
     #[test]

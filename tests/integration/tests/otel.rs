@@ -3,6 +3,8 @@
 //! too (as spin-operator sets them) export to a collector on loopback: the shim's Task API
 //! spans (Create, Start, Kill, Delete, named by container id), the app's request span and
 //! Spin's `spin.request_count` counter.
+//! On containerd 2.x, which sends its shims the trace context of its own Task API client
+//! spans in the ttrpc metadata (`traceparent`), the shim's spans are children of those.
 //! Run as root: `cargo test --release -p integration --test otel -- --nocapture`.
 
 use test_support::otlp;
@@ -15,7 +17,7 @@ use integration::{
 };
 use otlp::{Collector, SpanKind};
 
-fn run() -> Result<()> {
+fn run(version: ContainerdVersion) -> Result<()> {
     require_shim()?;
     let collector = Collector::start();
     let endpoint = format!("http://{}", collector.grpc);
@@ -31,7 +33,7 @@ fn run() -> Result<()> {
             .collect(),
         ..Default::default()
     };
-    let c = Containerd::start_with(ContainerdVersion::V1_7, CgroupMode::Host, &config)?;
+    let c = Containerd::start_with(version, CgroupMode::Host, &config)?;
     let dir = tempfile::tempdir()?;
     let name = "docker.io/library/spin-hello:otel";
     let tar = dir.path().join("c.tar");
@@ -108,6 +110,44 @@ fn run() -> Result<()> {
             s.span.kind
         );
     }
+    if version == ContainerdVersion::V2 {
+        // containerd 2.x's ttrpc client span of each call is the parent of the shim's span;
+        // containerd exports in batches of its own pace: wait for them.
+        let has_parent = |all: &[otlp::Received], s: &otlp::Received| {
+            all.iter().any(|r| {
+                r.span.span_id == s.span.parent_span_id && r.span.trace_id == s.span.trace_id
+            })
+        };
+        let spans = collector.wait_for("containerd's spans parenting the shim's", |all| {
+            ["Create", "Start", "Kill", "Delete"].iter().all(|m| {
+                all.iter()
+                    .filter(|r| task(r, m))
+                    .any(|s| has_parent(all, s))
+            })
+        });
+        for m in ["Create", "Start", "Kill", "Delete"] {
+            let s = spans.iter().find(|r| task(r, m)).unwrap();
+            let parent = spans.iter().find(|r| {
+                r.span.span_id == s.span.parent_span_id && r.span.trace_id == s.span.trace_id
+            });
+            ensure!(
+                parent.is_some_and(|p| p.service != "containerd-shim-spin-v2"),
+                "{m}: the shim's span is not a child of a containerd span (parent {:?}; \
+                 containerd spans: {:?})",
+                parent.map(|p| (&p.span.name, &p.service)),
+                spans
+                    .iter()
+                    .filter(|r| r.service != "containerd-shim-spin-v2")
+                    .map(|r| r.span.name.as_str())
+                    .collect::<Vec<_>>()
+            );
+            println!(
+                "{m}: parent {} ({})",
+                parent.unwrap().span.name,
+                parent.unwrap().service
+            );
+        }
+    }
     let mut services: Vec<&str> = spans.iter().map(|r| r.service.as_str()).collect();
     services.sort();
     services.dedup();
@@ -132,5 +172,13 @@ fn shim_and_app_export_traces_through_containerd_1_7() {
     else {
         return;
     };
-    run().unwrap_or_else(|e| panic!("{e:#}"));
+    run(ContainerdVersion::V1_7).unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn shim_spans_continue_containerd_2_trace_context() {
+    let Some(_s) = integration::root_test("shim_spans_continue_containerd_2_trace_context") else {
+        return;
+    };
+    run(ContainerdVersion::V2).unwrap_or_else(|e| panic!("{e:#}"));
 }

@@ -3,46 +3,58 @@
 //! containerd receives.
 
 use nix::sys::signal::Signal;
+use tracing::Instrument as _;
 
 use super::*;
 
 /// How long Delete waits for a created-but-never-started task to die after SIGKILL.
 const CREATED_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The server span of a Task API call, as containerd names them, parented to the trace
+/// context containerd 2.x sends in the call's ttrpc metadata (`traceparent`, when its own
+/// tracing is on); made before the call's work is entered, as a parent can only be set then.
+fn task_span(name: &'static str, id: &str, ctx: &TtrpcContext) -> tracing::Span {
+    let span = tracing::trace_span!(
+        target: "wasm_shim_core::service",
+        "containerd.task.v2.Task",
+        otel.name = name,
+        otel.kind = "server",
+        container.id = %id
+    );
+    otel_export::set_parent_from_metadata(&span, &ctx.metadata);
+    span
+}
+
 #[async_trait]
 impl<B: Backend> Task for Service<B> {
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Create",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
     async fn create(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: api::CreateTaskRequest,
     ) -> TtrpcResult<api::CreateTaskResponse> {
-        self.create_task(&req)
-            .await
-            .map_err(|e| status("create", &req.id, e))
+        let span = task_span("containerd.task.v2.Task/Create", &req.id, ctx);
+        async {
+            self.create_task(&req)
+                .await
+                .map_err(|e| status("create", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Start",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
     async fn start(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: api::StartRequest,
     ) -> TtrpcResult<api::StartResponse> {
-        self.start_task(&req)
-            .await
-            .map_err(|e| status("start", &req.id, e))
+        let span = task_span("containerd.task.v2.Task/Start", &req.id, ctx);
+        async {
+            self.start_task(&req)
+                .await
+                .map_err(|e| status("start", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn state(
@@ -54,49 +66,41 @@ impl<B: Backend> Task for Service<B> {
             .map_err(|e| status("state", &req.id, e))
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Wait",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
     async fn wait(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: api::WaitRequest,
     ) -> TtrpcResult<api::WaitResponse> {
-        self.wait_task(&req)
+        let span = task_span("containerd.task.v2.Task/Wait", &req.id, ctx);
+        async {
+            self.wait_task(&req)
+                .await
+                .map_err(|e| status("wait", &req.id, e))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn kill(&self, ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
+        let span = task_span("containerd.task.v2.Task/Kill", &req.id, ctx);
+        async { self.kill_task(&req).map_err(|e| status("kill", &req.id, e)) }
+            .instrument(span)
             .await
-            .map_err(|e| status("wait", &req.id, e))
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Kill",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
-    async fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
-        self.kill_task(&req).map_err(|e| status("kill", &req.id, e))
-    }
-
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Delete",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
     async fn delete(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
-        self.delete_task(&req)
-            .await
-            .map_err(|e| status("delete", &req.id, e))
+        let span = task_span("containerd.task.v2.Task/Delete", &req.id, ctx);
+        async {
+            self.delete_task(&req)
+                .await
+                .map_err(|e| status("delete", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn pids(
@@ -116,51 +120,41 @@ impl<B: Backend> Task for Service<B> {
             .map_err(|e| status("stats", &req.id, e))
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Update",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
     async fn update(
         &self,
-        _ctx: &TtrpcContext,
+        ctx: &TtrpcContext,
         req: api::UpdateTaskRequest,
     ) -> TtrpcResult<api::Empty> {
-        self.update_task(&req)
-            .await
-            .map_err(|e| status("update", &req.id, e))
+        let span = task_span("containerd.task.v2.Task/Update", &req.id, ctx);
+        async {
+            self.update_task(&req)
+                .await
+                .map_err(|e| status("update", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Pause",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
-    async fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
-        self.pause_or_resume(&req.id, StateChange::Pause)
-            .await
-            .map_err(|e| status("pause", &req.id, e))
+    async fn pause(&self, ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        let span = task_span("containerd.task.v2.Task/Pause", &req.id, ctx);
+        async {
+            self.pause_or_resume(&req.id, StateChange::Pause)
+                .await
+                .map_err(|e| status("pause", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
-    #[tracing::instrument(
-        target = "wasm_shim_core::service",
-        level = "trace",
-        name = "containerd.task.v2.Task/Resume",
-        skip_all,
-        fields(otel.kind = "server", container.id = %req.id)
-    )]
-    async fn resume(
-        &self,
-        _ctx: &TtrpcContext,
-        req: api::ResumeRequest,
-    ) -> TtrpcResult<api::Empty> {
-        self.pause_or_resume(&req.id, StateChange::Resume)
-            .await
-            .map_err(|e| status("resume", &req.id, e))
+    async fn resume(&self, ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        let span = task_span("containerd.task.v2.Task/Resume", &req.id, ctx);
+        async {
+            self.pause_or_resume(&req.id, StateChange::Resume)
+                .await
+                .map_err(|e| status("resume", &req.id, e))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn connect(
