@@ -131,6 +131,7 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
         "spin-redis-trigger",
         "spin-cron-trigger",
         "spin-mqtt-trigger",
+        "spin-redis-sdk6",
     ] {
         let archive = dir.path().join(format!("{app}.tar"));
         oci_image_builder::spin::container_image(
@@ -167,6 +168,7 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
                 ),
                 ("spin-redis-trigger", vec![("REDIS_ADDRESS", url.clone())]),
                 ("spin-cron-trigger", vec![("RECORD_ADDRESS", url.clone())]),
+                ("spin-redis-sdk6", vec![("REDIS_ADDRESS", url.clone())]),
             ] {
                 let spec = ContainerSpec {
                     name: name.into(),
@@ -187,6 +189,23 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
             }
             ensure!(subscribed(&redis), "the Redis app did not subscribe\n{}", node.log_tail());
             redis.publish_orders_and_check("m", 0)?;
+            // Spin 4's form (spin-sdk 6, spin:redis/inbound-redis@3.0.0) on its own channel.
+            let sdk6_seen = |n: usize| {
+                wait_for(Duration::from_secs(60), || {
+                    let out = redis.redis_cli(&["LRANGE", "sdk6-seen", "0", "-1"]).ok()?;
+                    let l: Vec<String> = out.lines().map(str::to_string).collect();
+                    let subscribers = redis.redis_cli(&["PUBSUB", "NUMSUB", "orders4"]).ok()?;
+                    (l.len() >= n && subscribers.lines().nth(1) == Some("1")).then_some(l)
+                })
+            };
+            sdk6_seen(0).context("the spin-sdk 6 Redis app did not subscribe")?;
+            let sent4: Vec<String> = (0..5).map(|i| format!("s{i}")).collect();
+            for m in &sent4 {
+                redis.redis_cli(&["PUBLISH", "orders4", m])?;
+            }
+            let got4 = sdk6_seen(sent4.len()).context("Spin 4 Redis messages not all handled")?;
+            let want4: Vec<String> = sent4.iter().map(|m| format!("sdk6:{m}")).collect();
+            ensure!(got4 == want4, "each Spin 4 Redis message once, in order: {got4:?}");
             let llen = |r: &servers::ServerProcess| -> Option<usize> {
                 r.redis_cli(&["LLEN", "ticks"]).ok()?.parse().ok()
             };
@@ -215,7 +234,7 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
             redis.restart();
             ensure!(subscribed(&redis), "no new subscription after the restart\n{}", node.log_tail());
             redis.publish_orders_and_check("n", 0)?;
-            println!("redis + cron + mqtt through CRI: 10 + 10 Redis messages once each across a restart; {fired} ticks in 5 s; 10 MQTT messages once each");
+            println!("redis + cron + mqtt through CRI: 10 + 10 Redis messages once each across a restart; 5 to the spin-sdk 6 app once each; {fired} ticks in 5 s; 10 MQTT messages once each");
             for id in &ids {
                 cri.remove_container(id, 10).await?;
             }
