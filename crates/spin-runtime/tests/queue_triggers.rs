@@ -384,11 +384,20 @@ fn sqs_keeps_polling_through_a_server_outage() {
     assert!(seen.iter().any(|x| x.starts_with("after ")), "{seen:?}");
 }
 
+/// `queue_url`, `max_messages`, more keys, environment, what the error names.
+type SqsCase<'a> = (
+    &'a str,
+    u32,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    &'a [&'a str],
+);
+
 #[test]
 fn sqs_settings_and_credentials_fail_the_start_naming_them() {
     let record = redis();
     let creds: &[(&str, &str)] = &[("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")];
-    let cases: [(&str, u32, &str, &[(&str, &str)], &[&str]); 5] = [
+    let cases: [SqsCase; 5] = [
         (
             "https://sqs.example",
             5,

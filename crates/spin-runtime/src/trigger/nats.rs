@@ -272,9 +272,11 @@ impl Listener {
                 }
             }
         }
-        // Flushes and closes the connection (bounded by the app's drain).
-        if let Err(e) = client.drain().await {
-            tracing::debug!(trigger = %self.trigger, "nats drain: {e}");
+        // Flushes and closes the connection; a server that is away gets no longer than this.
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.drain()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(trigger = %self.trigger, "nats drain: {e}"),
+            Err(_) => tracing::debug!(trigger = %self.trigger, "nats drain: no answer"),
         }
     }
 
