@@ -316,34 +316,46 @@ fn call(server: &Server, op: &str, addr: &str, rest: &str) -> String {
 }
 
 /// The database and messaging interfaces: a blocked network refuses `open` with the
-/// interface's `connection-failed` and a log line naming address, network and key; a
-/// block on another loopback network leaves the connection alone.
+/// interface's error (Redis `other`, as Spin; the others `connection-failed`) and a log line
+/// naming address, network and key; a block on another loopback network leaves the
+/// connection alone.
 #[test]
-fn block_networks_apply_to_postgres_mysql_and_mqtt() {
+fn block_networks_apply_to_redis_postgres_mysql_and_mqtt() {
+    let redis = servers::redis();
     let pg = servers::postgres();
     let db = servers::mariadb();
     let broker = servers::mosquitto();
     let cases = [
         (
+            "redis",
+            format!("redis://127.0.0.1:{}", redis.port),
+            "",
+            "redis://127.0.0.1:*",
+            "error: open: Other",
+        ),
+        (
             "pg4",
             format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port),
             "",
             "postgres://127.0.0.1:*",
+            "error: open: ConnectionFailed",
         ),
         (
             "mysql",
             format!("mysql://root@127.0.0.1:{}/spin_test", db.port),
             "",
             "mysql://127.0.0.1:*",
+            "error: open: ConnectionFailed",
         ),
         (
             "mqtt",
             format!("mqtt://127.0.0.1:{}?client_id=limits", broker.port),
             "topic=limits/t&qos=1",
             "mqtt://127.0.0.1:*",
+            "error: open: ConnectionFailed",
         ),
     ];
-    for (op, addr, rest, allowed) in &cases {
+    for (op, addr, rest, allowed, refused) in &cases {
         let app = app(HOSTIFACES, allowed);
         runtime_config(
             app.path(),
@@ -352,7 +364,7 @@ fn block_networks_apply_to_postgres_mysql_and_mqtt() {
         let server = Server::start(app.path(), &[]);
         let got = call(&server, op, addr, rest);
         assert!(
-            got.starts_with("error: open: ConnectionFailed") && got.contains("127.0.0.1"),
+            got.starts_with(refused) && got.contains("127.0.0.1"),
             "{op}: {got}"
         );
         let log = log_with(&server, "127.0.0.1 (in 127.0.0.1/32)");

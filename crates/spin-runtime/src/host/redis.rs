@@ -18,6 +18,8 @@ use v2::{Error, RedisParameter, RedisResult};
 /// A guest's open connection (the resource behind `connection`).
 pub struct RedisConnection {
     conn: MultiplexedConnection,
+    /// The app's connection-cap permits, held while the connection is open.
+    _permit: super::network_policy::Permit,
 }
 
 fn other(e: impl std::fmt::Display) -> Error {
@@ -54,12 +56,13 @@ impl v2::HostConnection for HostState {
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<RedisConnection>, Error>> {
-        let conn = match connect(self.redis_client(&address)).await {
+        let target = (self.redis_client(&address), self.network_policy().clone());
+        let conn = match connect(target, self.component_id()).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
         Ok(self
-            .push_connection(RedisConnection { conn })
+            .push_connection(conn)
             .map_err(|_| Error::TooManyConnections))
     }
 
@@ -253,12 +256,26 @@ impl HostState {
     }
 }
 
-/// Connects with `client` (from [`HostState::redis_client`]).
-async fn connect(client: Result<redis::Client, Error>) -> Result<MultiplexedConnection, Error> {
-    client?
-        .get_multiplexed_async_connection()
+/// Connects with `client` (from [`HostState::redis_client`]) under the app's network
+/// policy: a connection-cap permit is held, and the host resolves through the policy
+/// (blocked addresses dropped; all blocked: `other`, as Spin).
+async fn connect(
+    (client, policy): (
+        Result<redis::Client, Error>,
+        std::sync::Arc<super::network_policy::NetworkPolicy>,
+    ),
+    component: &str,
+) -> Result<RedisConnection, Error> {
+    let client = client?;
+    let permit = policy.acquire(super::network_policy::Kind::Redis).await;
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&policy.redis_config(component))
         .await
-        .map_err(other)
+        .map_err(other)?;
+    Ok(RedisConnection {
+        conn,
+        _permit: permit,
+    })
 }
 
 /// A command's reply flattened into Spin's result list (nested arrays and sets are
@@ -308,7 +325,6 @@ impl FromRedisValue for Results {
 // reply mapping and errors (its types are 2.0.0's, case for case).
 
 mod v3 {
-    use redis::aio::MultiplexedConnection;
     use redis::AsyncCommands as _;
     use wasmtime::component::Resource;
 
@@ -329,13 +345,19 @@ mod v3 {
     }
 
     pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
-        let client = with_host(acc, |h| h.redis_client(&address));
-        let conn: MultiplexedConnection = match super::connect(client).await {
+        let (target, id) = with_host(acc, |h| {
+            let policy = h.network_policy().clone();
+            (
+                (h.redis_client(&address), policy),
+                h.component_id().to_string(),
+            )
+        });
+        let conn = match super::connect(target, &id).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
         Ok(with_host(acc, |h| {
-            h.push_connection(RedisConnection { conn })
+            h.push_connection(conn)
                 .map_err(|_| Error::TooManyConnections)
         }))
     }
