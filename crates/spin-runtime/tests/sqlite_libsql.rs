@@ -543,7 +543,7 @@ fn a_refused_token_and_an_untrusted_certificate_are_named() {
         text.contains("libSQL database `remote`")
             && text.contains("HTTP 401")
             && text.contains("Authorization failed: invalid token")
-            && text.contains("`token`"),
+            && text.contains("check `token` in [sqlite_database.remote]"),
         "{text}"
     );
     assert!(log_with(&server, "HTTP 401").contains("libSQL database `remote`"));
@@ -605,6 +605,7 @@ fn statements_waiting_on_the_server_hold_no_async_worker() {
         })
         .collect();
     remote.wait_held(n);
+    let waiting_since = Instant::now();
     // While every one of them waits for the server: health, another route, a local
     // database and another statement on the libSQL server are answered.
     assert_eq!(server.get("/.well-known/spin/health").status, 200);
@@ -613,6 +614,11 @@ fn statements_waiting_on_the_server_hold_no_async_worker() {
     answered(&r, "42");
     let r = sql(&server, "remote", &["SELECT 'not held'"]);
     answered(&r, "not held");
+    eprintln!(
+        "MEASURE libsql: {n} statements waiting on the server; health, another route, a local \
+         and a libSQL statement answered within {:?}",
+        waiting_since.elapsed()
+    );
     // Released, each held statement gets its answer.
     remote.release();
     for h in held {

@@ -134,7 +134,7 @@ pub enum LibsqlErrorKind {
         /// The Hrana error's message, or the answer's text.
         message: String,
         /// What to check, for statuses that have one cause.
-        hint: &'static str,
+        hint: String,
     },
     /// The server ran the statement and it failed.
     #[error("{message}")]
@@ -217,10 +217,16 @@ impl LibsqlDatabase {
                 Ok(e) => e.to_string(),
                 Err(_) => spin_app_format::untrusted::shown(&bytes).to_string(),
             };
+            let label = &self.label;
             let hint = match status {
-                401 | 403 => " (check `token` in the runtime config's [sqlite_database.<label>])",
-                404 => " (check `url`: the server's base address, without /v3)",
-                _ => "",
+                401 | 403 => {
+                    format!(" (check `token` in [sqlite_database.{label}] of the runtime config)")
+                }
+                404 => format!(
+                    " (check `url` in [sqlite_database.{label}]: the server's base address, \
+                     without /v3)"
+                ),
+                _ => String::new(),
             };
             return Err(self.error(LibsqlErrorKind::Status {
                 status,
