@@ -8,29 +8,28 @@
 //! timeout. While a handler runs, the message's lease is renewed every half visibility
 //! timeout, as the plugin does.
 //!
-//! Requests use SQS's JSON protocol, signed with AWS Signature V4 (the `aws-sigv4` crate)
-//! with credentials from the environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! Requests use SQS's JSON protocol, signed with AWS Signature V4 (the `aws-sigv4` crate,
+//! through [`crate::host::aws_json`]) with credentials from the environment: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //! `AWS_SESSION_TOKEN`; region `AWS_REGION` or `AWS_DEFAULT_REGION` (else the queue URL's);
 //! endpoint `AWS_ENDPOINT_URL_SQS` or `AWS_ENDPOINT_URL` (else SQS's regional one).
 //!
 //! Beyond the plugin: ReceiveMessage long-polls (`WaitTimeSeconds` = `idle_wait_seconds`,
-//! at most SQS's 20), at most `max_messages` handlers run at once per queue, a failing
+//! at most 5 s), at most `max_messages` handlers run at once per queue, a failing
 //! receive is retried with the triggers' backoff, and on shutdown no message is received
 //! while the running handlers finish within the drain bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use base64::Engine;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 use super::{call, expand, find_handler, Backoff, Handler, Stop};
+use crate::host::aws_json::{AwsCredentials, AwsJsonClient};
 use crate::host::variables::Resolved;
 use crate::runtime::LoadedApp;
 use spin_app_format::trigger::SqsTriggerConfig;
@@ -41,15 +40,12 @@ pub const HANDLE_QUEUE_MESSAGE: &str = "handle-queue-message";
 /// The plugin's defaults.
 const DEFAULT_MAX_MESSAGES: u16 = 10;
 const DEFAULT_IDLE_WAIT_SECONDS: u64 = 2;
-/// SQS's limits: messages per ReceiveMessage, seconds of long polling.
+/// SQS's limit of messages per ReceiveMessage.
 const MAX_BATCH: u16 = 10;
-const MAX_WAIT_SECONDS: u64 = 20;
+/// The longest long poll: SQS allows 20 s, the shared AWS client bounds an exchange at 10 s.
+const MAX_WAIT_SECONDS: u64 = 5;
 /// The lease when the queue's visibility timeout cannot be read (the plugin's default).
 const DEFAULT_VISIBILITY_SECONDS: u64 = 30;
-/// Connecting and TLS; a reply may take the long-poll wait on top of this.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest SQS reply read (10 messages of at most 256 KiB, with attributes).
-const MAX_REPLY: usize = 8 << 20;
 
 /// `sqs-types.message-attribute-value`.
 #[derive(ComponentType, Lower, Debug, Clone, PartialEq)]
@@ -153,12 +149,13 @@ fn env_first<'a>(env: &'a HashMap<String, String>, names: &[&str]) -> Option<&'a
         .find(|v| !v.is_empty())
 }
 
-/// Where and as whom SQS is called, from the container's environment.
+/// Where and as whom SQS is called, from the container's environment: the shared AWS JSON
+/// protocol client ([`crate::host::aws_json`], also the DynamoDB store's).
 pub(crate) struct SqsClient {
-    endpoint: http::Uri,
-    tls: bool,
+    client: AwsJsonClient,
+    /// For logs.
     region: String,
-    identity: aws_smithy_runtime_api::client::identity::Identity,
+    endpoint: String,
 }
 
 impl SqsClient {
@@ -175,7 +172,6 @@ impl SqsClient {
                  container's environment"
             );
         };
-        let token = env_first(env, &["AWS_SESSION_TOKEN"]).map(str::to_string);
         let from_host = queue
             .host_str()
             .and_then(|h| h.strip_prefix("sqs."))
@@ -192,159 +188,32 @@ impl SqsClient {
             })?;
         let endpoint = match env_first(env, &["AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL"]) {
             Some(e) => e.to_string(),
-            None => format!("https://sqs.{region}.amazonaws.com/"),
+            None => format!("https://sqs.{region}.amazonaws.com"),
         };
-        let endpoint: http::Uri = endpoint.parse().map_err(|e| {
-            anyhow!(
-                "AWS_ENDPOINT_URL(_SQS) `{endpoint}` is not a URL such as \
-                 http://127.0.0.1:5000: {e}"
-            )
-        })?;
-        let tls = match endpoint.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => bail!("SQS endpoint `{endpoint}`: use an http:// or https:// URL"),
+        let credentials = AwsCredentials {
+            access_key: key.to_string(),
+            secret_key: secret.to_string(),
+            token: env_first(env, &["AWS_SESSION_TOKEN"]).map(str::to_string),
         };
-        if endpoint.host().is_none() {
-            bail!("SQS endpoint `{endpoint}` has no host");
-        }
-        let identity =
-            aws_credential_types::Credentials::new(key, secret, token, None, "environment").into();
+        let client = AwsJsonClient::new(&endpoint, &region, "sqs", "AmazonSQS", credentials)
+            .map_err(|e| {
+                anyhow!("SQS endpoint (AWS_ENDPOINT_URL_SQS or AWS_ENDPOINT_URL) {e:#}")
+            })?;
         Ok(SqsClient {
-            endpoint,
-            tls,
+            client,
             region,
-            identity,
+            endpoint,
         })
     }
 
-    /// Calls `action` (`ReceiveMessage`, ...) with `body`; `wait` is how long the server may
-    /// hold the request (long polling). Errors carry SQS's error type and message.
-    async fn call(&self, action: &str, body: Value, wait: Duration) -> anyhow::Result<Value> {
-        let body = serde_json::to_vec(&body)?;
-        let host = self.endpoint.host().unwrap_or_default();
-        let port = self
-            .endpoint
-            .port_u16()
-            .unwrap_or(if self.tls { 443 } else { 80 });
-        let authority = self
-            .endpoint
-            .authority()
-            .map(|a| a.to_string())
-            .unwrap_or_default();
-        let mut request = http::Request::builder()
-            .method("POST")
-            .uri(&self.endpoint)
-            .header("host", &authority)
-            .header("content-type", "application/x-amz-json-1.0")
-            .header("x-amz-target", format!("AmazonSQS.{action}"))
-            .body(())?;
-        let params: aws_sigv4::http_request::SigningParams =
-            aws_sigv4::sign::v4::SigningParams::builder()
-                .identity(&self.identity)
-                .region(&self.region)
-                .name("sqs")
-                .time(SystemTime::now())
-                .settings(aws_sigv4::http_request::SigningSettings::default())
-                .build()?
-                .into();
-        let headers: Vec<(String, String)> = request
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
-            .collect();
-        let signable = aws_sigv4::http_request::SignableRequest::new(
-            "POST",
-            self.endpoint.to_string(),
-            headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            aws_sigv4::http_request::SignableBody::Bytes(&body),
-        )?;
-        let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)
-            .context("cannot sign the request")?
-            .into_parts();
-        instructions.apply_to_request_http1x(&mut request);
-        *request.uri_mut() = http::Uri::builder()
-            .path_and_query(
-                self.endpoint
-                    .path_and_query()
-                    .map(|p| p.as_str())
-                    .unwrap_or("/"),
-            )
-            .build()?;
-        let request = request.map(|()| Full::new(Bytes::from(body)));
-
-        let tcp = tokio::time::timeout(IO_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+    /// Calls `action` (`ReceiveMessage`, ...) with `body`. Errors carry SQS's error type and
+    /// message.
+    async fn call(&self, action: &str, body: Value) -> anyhow::Result<Value> {
+        self.client
+            .call(action, &body)
             .await
-            .map_err(|_| anyhow!("no connection within {IO_TIMEOUT:?}"))??;
-        let reply = if self.tls {
-            let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
-            let config = crate::host::tls::trust_store().data.config.clone();
-            let stream = tokio::time::timeout(
-                IO_TIMEOUT,
-                tokio_rustls::TlsConnector::from(config).connect(name, tcp),
-            )
-            .await
-            .map_err(|_| anyhow!("no TLS handshake within {IO_TIMEOUT:?}"))?
-            .context("TLS handshake (verified with the platform's trust store)")?;
-            exchange(stream, request, wait).await?
-        } else {
-            exchange(tcp, request, wait).await?
-        };
-        let (status, bytes) = reply;
-        let value: Value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow!(
-                    "HTTP {status}: the reply is not SQS's JSON ({e}): {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-                )
-            })?
-        };
-        if !status.is_success() {
-            let kind = value
-                .get("__type")
-                .and_then(Value::as_str)
-                .map(|t| t.rsplit('#').next().unwrap_or(t))
-                .unwrap_or("error");
-            let message = value
-                .get("message")
-                .or_else(|| value.get("Message"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            bail!("HTTP {status}: {kind}: {message}");
-        }
-        Ok(value)
+            .map_err(|e| anyhow!("{e}"))
     }
-}
-
-/// Sends one request over `io` (HTTP/1.1) and reads the reply within `IO_TIMEOUT + wait`.
-async fn exchange<S>(
-    io: S,
-    request: http::Request<Full<Bytes>>,
-    wait: Duration,
-) -> anyhow::Result<(http::StatusCode, Bytes)>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
-    let conn = tokio::spawn(conn);
-    let exchange = async {
-        let response = sender.send_request(request).await?;
-        let status = response.status();
-        let body = http_body_util::Limited::new(response.into_body(), MAX_REPLY)
-            .collect()
-            .await
-            .map_err(|e| anyhow!("reading the reply: {e}"))?
-            .to_bytes();
-        anyhow::Ok((status, body))
-    };
-    let result = tokio::time::timeout(IO_TIMEOUT + wait, exchange)
-        .await
-        .map_err(|_| anyhow!("no reply within {:?}", IO_TIMEOUT + wait));
-    conn.abort();
-    result?
 }
 
 /// One `[[trigger.sqs]]` entry, ready to poll.
@@ -489,7 +358,12 @@ impl Queue {
             l = self.visibility_timeout() => l,
             _ = stop.wait() => return,
         };
-        tracing::info!(trigger = %s.trigger, queue = %s.queue_url, "sqs trigger polling");
+        tracing::info!(
+            trigger = %s.trigger,
+            queue = %s.queue_url,
+            endpoint = %s.client.endpoint,
+            region = %s.client.region,
+            "sqs trigger polling");
         let mut running: JoinSet<()> = JoinSet::new();
         let mut backoff = Backoff::new();
         let wait = self.idle_wait.min(Duration::from_secs(MAX_WAIT_SECONDS));
@@ -551,11 +425,7 @@ impl Queue {
     async fn visibility_timeout(&self) -> Duration {
         let s = &self.shared;
         let body = json!({"QueueUrl": s.queue_url, "AttributeNames": ["VisibilityTimeout"]});
-        let secs = match s
-            .client
-            .call("GetQueueAttributes", body, Duration::ZERO)
-            .await
-        {
+        let secs = match s.client.call("GetQueueAttributes", body).await {
             Ok(v) => v
                 .pointer("/Attributes/VisibilityTimeout")
                 .and_then(Value::as_str)
@@ -587,7 +457,7 @@ impl Queue {
         if !self.message_attributes.is_empty() {
             body["MessageAttributeNames"] = json!(self.message_attributes);
         }
-        let reply = s.client.call("ReceiveMessage", body, wait).await?;
+        let reply = s.client.call("ReceiveMessage", body).await?;
         parse_messages(&reply).context("the ReceiveMessage reply")
     }
 }
@@ -607,7 +477,7 @@ impl Shared {
                     ticks.tick().await;
                     let body = json!({"QueueUrl": queue, "ReceiptHandle": receipt,
                                       "VisibilityTimeout": lease.as_secs()});
-                    if let Err(e) = client.call("ChangeMessageVisibility", body, Duration::ZERO).await {
+                    if let Err(e) = client.call("ChangeMessageVisibility", body).await {
                         tracing::warn!(message = %id, "cannot renew the message's lease: {e:#}");
                     }
                 }
@@ -623,11 +493,7 @@ impl Shared {
             Ok((Ok(MessageAction::Delete),)) => {
                 let Some(receipt) = m.receipt else { return };
                 let body = json!({"QueueUrl": self.queue_url, "ReceiptHandle": receipt});
-                match self
-                    .client
-                    .call("DeleteMessage", body, Duration::ZERO)
-                    .await
-                {
+                match self.client.call("DeleteMessage", body).await {
                     Ok(_) => {
                         tracing::debug!(trigger = %self.trigger, component = %component, message = %id, "message handled and deleted")
                     }
@@ -717,6 +583,19 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
+        let bad = [
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_ENDPOINT_URL", "ftp://h"),
+        ];
+        let e = SqsClient::from_env(&env(&bad), &queue)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("AWS_ENDPOINT_URL") && e.contains("ftp://h"),
+            "{e}"
+        );
         let e = SqsClient::from_env(&env(&[]), &queue)
             .err()
             .unwrap()
@@ -725,17 +604,17 @@ mod tests {
         let creds = [("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")];
         let c = SqsClient::from_env(&env(&creds), &queue).unwrap();
         assert_eq!(c.region, "eu-west-1");
-        assert_eq!(
-            c.endpoint.to_string(),
-            "https://sqs.eu-west-1.amazonaws.com/"
-        );
+        assert_eq!(c.endpoint, "https://sqs.eu-west-1.amazonaws.com");
         let mut with = creds.to_vec();
         with.extend([
             ("AWS_REGION", "us-east-1"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
         ]);
         let c = SqsClient::from_env(&env(&with), &queue).unwrap();
-        assert_eq!((c.region.as_str(), c.tls), ("us-east-1", false));
+        assert_eq!(
+            (c.region.as_str(), c.endpoint.as_str()),
+            ("us-east-1", "http://127.0.0.1:5000")
+        );
         let local = queue_url("http://127.0.0.1:5000/123456789012/q").unwrap();
         let e = SqsClient::from_env(&env(&creds), &local)
             .err()
