@@ -562,7 +562,8 @@ fn a_refused_token_and_an_untrusted_certificate_are_named() {
     assert_eq!(r.status, 500);
     assert!(
         r.text().contains("libSQL database `remote`")
-            && r.text().to_ascii_lowercase().contains("certificate"),
+            && r.text().contains("UnknownIssuer")
+            && r.text().contains("SSL_CERT_FILE"),
         "{}",
         r.text()
     );

@@ -124,7 +124,7 @@ impl LibsqlError {
 #[derive(Debug, thiserror::Error)]
 pub enum LibsqlErrorKind {
     /// No answer: connection, TLS or timeout.
-    #[error("the request failed: {0}")]
+    #[error("the request failed: {err}{hint}", err = .0, hint = trust_hint(.0))]
     Transport(#[source] ureq::Error),
     /// The server answered with an HTTP error status.
     #[error("the server answered HTTP {status}: {message}{hint}")]
@@ -156,6 +156,15 @@ pub enum LibsqlErrorKind {
         /// The value.
         value: f64,
     },
+}
+
+/// How to trust the server, when the error is its certificate.
+fn trust_hint(e: &ureq::Error) -> &'static str {
+    if e.to_string().contains("certificate") {
+        " (a server signed by a private CA is trusted through SSL_CERT_FILE or SSL_CERT_DIR)"
+    } else {
+        ""
+    }
 }
 
 /// A libSQL database: its definition and the HTTP client shared by its connections.
