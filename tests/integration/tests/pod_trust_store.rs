@@ -9,7 +9,6 @@
 
 use test_support::servers;
 
-
 use anyhow::{ensure, Result};
 use integration::{require_shim, workspace_root, CgroupMode, Containerd, ContainerdVersion};
 use oci_image_builder::spin;
