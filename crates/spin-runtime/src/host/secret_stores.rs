@@ -180,7 +180,7 @@ impl Remote {
                     url.trim_end_matches('/'),
                     mount.trim_matches('/')
                 );
-                let (status, body) = send(agent()?.get(&target).header("X-Vault-Token", token))
+                let (status, body) = send(agent().get(&target).header("X-Vault-Token", token))
                     .with_context(|| format!("{kind} provider: reading `{name}` at {target}"))?;
                 match status {
                     200 => Some(vault_value(&body).with_context(|| {
@@ -201,7 +201,7 @@ impl Remote {
                 );
                 let token = self.azure_token(env)?;
                 let (status, body) = send(
-                    agent()?
+                    agent()
                         .get(&target)
                         .header("Authorization", &format!("Bearer {token}")),
                 )
@@ -311,7 +311,7 @@ impl Remote {
             authority.trim_end_matches('/')
         );
         let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let answer = agent()?
+        let answer = agent()
             .post(&endpoint)
             .send_form(pairs)
             .map_err(anyhow::Error::from)
@@ -398,26 +398,9 @@ fn read_answer(mut r: ureq::http::Response<ureq::Body>) -> anyhow::Result<(u16, 
     Ok((status, body))
 }
 
-/// The client: the runtime's trust store, the proxy from the environment, errors as status
-/// codes, [`REQUEST_TIMEOUT`].
-fn agent() -> anyhow::Result<ureq::Agent> {
-    let store = super::tls::trust_store();
-    let certs: Vec<_> = store
-        .platform
-        .iter()
-        .chain(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter())
-        .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
-        .collect();
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
-        .build();
-    Ok(ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(ureq::Proxy::try_from_env())
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .tls_config(tls)
-        .build()
-        .new_agent())
+/// The client: [`super::tls::http_agent`] with [`REQUEST_TIMEOUT`].
+fn agent() -> ureq::Agent {
+    super::tls::http_agent(REQUEST_TIMEOUT)
 }
 
 #[cfg(test)]

@@ -98,6 +98,31 @@ fn builder(
     .with_root_certificates(store))
 }
 
+/// A blocking HTTP client (ureq) for the runtime's own requests to operator-configured
+/// services (secret stores, libSQL): the [`trust_store`]'s roots (platform plus Mozilla's),
+/// the proxy from the environment (`HTTPS_PROXY`/`NO_PROXY`), HTTP error statuses returned
+/// as answers, each exchange bounded by `timeout`.
+pub(crate) fn http_agent(timeout: std::time::Duration) -> ureq::Agent {
+    let store = trust_store();
+    let roots: Vec<_> = store
+        .platform
+        .iter()
+        .chain(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter())
+        .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
+        .collect();
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(ureq::Proxy::try_from_env())
+        .timeout_global(Some(timeout))
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+                .build(),
+        )
+        .build()
+        .new_agent()
+}
+
 /// The process's default trust store: the platform's roots plus Mozilla's.
 pub fn trust_store() -> &'static TrustStore {
     static STORE: std::sync::OnceLock<TrustStore> = std::sync::OnceLock::new();

@@ -248,27 +248,9 @@ impl LibsqlDatabase {
     }
 }
 
-/// The client: the runtime's trust store, the proxy from the environment, HTTP errors as
-/// answers, [`REQUEST_TIMEOUT`].
+/// The client: [`crate::host::tls::http_agent`] with [`REQUEST_TIMEOUT`].
 fn agent() -> ureq::Agent {
-    let store = crate::host::tls::trust_store();
-    let roots: Vec<_> = store
-        .platform
-        .iter()
-        .chain(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter())
-        .map(|c| ureq::tls::Certificate::from_der(c).to_owned())
-        .collect();
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(ureq::Proxy::try_from_env())
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .tls_config(
-            ureq::tls::TlsConfig::builder()
-                .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
-                .build(),
-        )
-        .build()
-        .new_agent()
+    crate::host::tls::http_agent(REQUEST_TIMEOUT)
 }
 
 /// The process-wide bound on Hrana requests in flight.
