@@ -20,27 +20,24 @@
 
 pub mod app;
 mod app_log;
-pub mod chain;
 pub mod compile_cache;
 pub mod componentize;
-mod h2c;
 pub mod host;
-pub mod inbound_tls;
 pub mod limits;
 pub mod metrics;
-pub mod middleware;
 pub mod p3;
-mod reuse;
-pub mod routing;
 pub mod runtime;
 pub mod server;
 pub mod spin1;
 mod state;
 pub mod tier;
 pub mod trigger;
-pub mod wagi;
 pub mod wasi_rc;
-mod whole_body;
+
+// The HTTP server's modules under their paths from before they moved into `server/`.
+pub use server::{chain, inbound_tls, middleware, routing, wagi};
+#[allow(unused_imports)]
+pub(crate) use server::{h2c, reuse, whole_body};
 
 use std::future::Future;
 use std::path::Path;

@@ -110,7 +110,7 @@ impl ChainSlot {
             headers.remove(http::header::HOST);
         }
         headers.remove(http::header::CONNECTION);
-        crate::server::call_chained(&app, &component, req).await
+        super::call_chained(&app, &component, req).await
     }
 }
 

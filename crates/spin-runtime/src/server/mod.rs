@@ -2,6 +2,20 @@
 //! `Upgrade: h2c` or by ALPN over TLS), routes requests to components, adds the Spin
 //! request headers, serves the built-in `/.well-known/spin/` endpoints, and shuts down
 //! gracefully (stop accepting, drain in-flight requests within a bound).
+//!
+//! The HTTP server floor of the crate (above the app model, the engine, the host features
+//! and the loaded app; below the crate's builder): its submodules are the route matcher,
+//! the executors of each HTTP component kind (WASI HTTP in [`reuse`], [`wagi`]), middleware
+//! chains, service chaining, h2c and inbound TLS.
+
+pub mod chain;
+pub(crate) mod h2c;
+pub mod inbound_tls;
+pub mod middleware;
+pub(crate) mod reuse;
+pub mod routing;
+pub mod wagi;
+pub(crate) mod whole_body;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -21,9 +35,9 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
-use crate::inbound_tls::InboundTls;
-use crate::routing::{RouteMatch, WELL_KNOWN_PREFIX};
 use crate::runtime::{HttpPre, LoadedApp};
+use inbound_tls::InboundTls;
+use routing::{RouteMatch, WELL_KNOWN_PREFIX};
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBody> {
     let mut r = Response::new(
@@ -281,7 +295,7 @@ where
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
         HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
         HttpPre::Spin1(pre) => return Ok(crate::spin1::http::call(app, component, pre, req).await?),
-        HttpPre::Wagi(pre) => return Ok(crate::wagi::call(app, component, pre, req).await?),
+        HttpPre::Wagi(pre) => return Ok(wagi::call(app, component, pre, req).await?),
     };
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -524,7 +538,7 @@ fn no_response<T>(end: Result<(), CallError>) -> Result<T, CallError> {
 /// As [`call_component`], for a WASIp3 component (`wasi:http/handler@0.3.0`): the request
 /// (with an absolute URI, `http://<host><path>`, as the WASIp2 path's scheme and authority)
 /// goes to one of the component's instances, which may serve others before and beside it
-/// ([`crate::reuse`]); the instance keeps running after the response is returned, writing
+/// ([`reuse`]); the instance keeps running after the response is returned, writing
 /// its body and trailers from its own tasks.
 async fn call_component_p3<B>(
     app: &LoadedApp,
@@ -604,7 +618,7 @@ fn absolute_uri<B>(mut req: Request<B>, scheme: HttpScheme) -> Request<B> {
 const CHAINED_CLIENT_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 
-/// A service-chaining request to `component` ([`crate::chain`]): headers as for a match of
+/// A service-chaining request to `component` ([`chain`]): headers as for a match of
 /// the path against a `/...` route (Spin's `RouteMatch::synthetic`), then the same call,
 /// deadline and error handling as a request from the network.
 pub(crate) async fn call_chained(
@@ -868,7 +882,7 @@ pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
 pub const H2_MAX_HEADER_LIST_SIZE: u32 = 8192 + 4096 * 100;
 
 /// An `Upgrade: h2c` request answered with 101: the connection to take over, and the
-/// request as the frames of stream 1 ([`crate::h2c`]).
+/// request as the frames of stream 1 ([`h2c`]).
 struct PendingUpgrade {
     on_upgrade: hyper::upgrade::OnUpgrade,
     frames: Bytes,
@@ -912,9 +926,9 @@ fn connection_service(
         let app = app.clone();
         let busy = Busy::new(&activity);
         let activity = activity.clone();
-        let upgrade = upgrade.clone().filter(|_| crate::h2c::wants_upgrade(&req));
+        let upgrade = upgrade.clone().filter(|_| h2c::wants_upgrade(&req));
         let pending = upgrade.map(|slot| {
-            let frames = crate::h2c::stream_one(&req);
+            let frames = h2c::stream_one(&req);
             (slot, hyper::upgrade::on(&mut req), frames)
         });
         async move {
@@ -923,7 +937,7 @@ fn connection_service(
                     Some(PendingUpgrade { on_upgrade, frames });
                 drop(busy);
                 let r = empty(StatusCode::SWITCHING_PROTOCOLS);
-                return Ok(crate::h2c::switching_protocols(r));
+                return Ok(h2c::switching_protocols(r));
             }
             let r = handle(app, req, client, local, scheme).await;
             drop(busy);
@@ -1078,7 +1092,7 @@ async fn serve_http<I>(
             return;
         }
     };
-    let io = crate::h2c::StreamOne::new(TokioIo::new(upgraded), pending.frames);
+    let io = h2c::StreamOne::new(TokioIo::new(upgraded), pending.frames);
     let service = connection_service(app, activity.clone(), peers, scheme, None);
     let builder = connection_builder(&limits).http2_only();
     let conn = builder.serve_connection(TokioIo::new(io), service);

@@ -32,8 +32,8 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use crate::runtime::{LoadedApp, PreparedComponent};
 use crate::InstanceState;
 
-pub use crate::whole_body::MAX_BODY_BYTES;
-use crate::whole_body::{full, plain, read_body, within_deadline};
+pub use super::whole_body::MAX_BODY_BYTES;
+use super::whole_body::{full, plain, read_body, within_deadline};
 
 /// The CGI version WAGI follows.
 const GATEWAY_INTERFACE: &str = "CGI/1.1";

@@ -25,7 +25,7 @@ pub struct HttpTrigger {
     /// `static_response` (Spin 3.x): served by the host instead of a component.
     pub static_response: Option<Arc<StaticResponse>>,
     /// `executor = { type = "wagi" }`: the component is a WASI command run as CGI.
-    pub wagi: Option<Arc<crate::wagi::WagiConfig>>,
+    pub wagi: Option<Arc<super::wagi::WagiConfig>>,
 }
 
 /// Prefix reserved for the runtime's built-in endpoints.

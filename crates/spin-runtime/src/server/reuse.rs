@@ -179,7 +179,7 @@ impl WorkerState for P3Worker {
         // The expiration's error: a request ran past the deadline and its guest code did
         // not give control back (the request itself was answered 504).
         if e.to_string() == "guest timed out" {
-            crate::server::log_past_deadline(
+            super::log_past_deadline(
                 &self.id,
                 self.request_timeout,
                 " without giving control back; its reused instance was stopped, with the \
@@ -190,7 +190,7 @@ impl WorkerState for P3Worker {
         if let Some(m) = &self.metrics {
             m.trapped(&self.id);
         }
-        let e = crate::server::memory_cause(anyhow::Error::from(e), &store.data().limits, &self.id);
+        let e = super::memory_cause(anyhow::Error::from(e), &store.data().limits, &self.id);
         tracing::error!(
             component = %self.id,
             "a reused instance of the component was stopped, with the requests it was \
