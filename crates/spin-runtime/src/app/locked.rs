@@ -147,7 +147,7 @@ pub(super) fn convert(
                                 shown(entrypoint)
                             );
                         }
-                        wagi = Some(Arc::new(crate::wagi::WagiConfig { argv: argv.clone() }));
+                        wagi = Some(Arc::new(super::http_trigger::WagiConfig { argv: argv.clone() }));
                     }
                     // Spin 3.x's opt-in to WASIp3 handlers (Spin 4 detects them from the
                     // export, as this runtime does): the same executor.
@@ -223,7 +223,7 @@ pub(super) fn convert(
                 }
                 let source = content(&d.source.content, resolver)
                     .with_context(|| format!("{origin}: {key}: {name}"))?;
-                middleware.push(crate::middleware::Middleware {
+                middleware.push(super::http_trigger::Middleware {
                     name,
                     inherit: (&d.inherit).into(),
                     source,

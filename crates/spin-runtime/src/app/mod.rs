@@ -6,6 +6,7 @@
 //! [`App::from_locked`] turns the lock into this model, refusing what the runtime cannot run.
 
 mod events;
+pub mod http_trigger;
 mod kernel_files;
 mod locked;
 mod retain;
@@ -14,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use crate::routing::HttpTrigger;
 pub use events::{EventTriggers, Trigger};
+pub use http_trigger::HttpTrigger;
 pub use locked::{ContentResolver, FileUrlResolver};
 pub use retain::{parse_retain_list, COMPONENTS_TO_RETAIN_ENV};
 pub use spin_app_format::manifest::template_references;
@@ -154,7 +155,7 @@ pub struct Component {
     pub variables: BTreeMap<String, String>,
     /// HTTP middleware composed in front of it (Spin 4's trigger `dependencies.middleware`,
     /// outermost first).
-    pub middleware: Vec<crate::middleware::Middleware>,
+    pub middleware: Vec<http_trigger::Middleware>,
 }
 
 impl App {
@@ -230,7 +231,7 @@ impl App {
                 );
             }
             if let Route::Path(route) = &trigger.route {
-                crate::routing::validate_route(route).map_err(|e| {
+                http_trigger::validate_route(route).map_err(|e| {
                     anyhow::anyhow!(
                         "{origin}: http trigger `{}` route `{route}`: {e}",
                         trigger.id

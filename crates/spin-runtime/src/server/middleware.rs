@@ -16,7 +16,6 @@
 //! `wasi:cli/environment`) runs.
 
 use anyhow::{bail, Context};
-use spin_app_format::locked::InheritConfiguration;
 use wac_graph::types::{ItemKind, Package};
 use wac_graph::{CompositionGraph, EncodeOptions};
 
@@ -79,43 +78,7 @@ const CAPABILITIES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// One middleware of a component, as the app lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Middleware {
-    /// Where it comes from, for errors (`dependencies.middleware[0]`, and its source).
-    pub name: String,
-    /// What it inherits from the component.
-    pub inherit: Inherit,
-    /// Its Wasm.
-    pub source: crate::app::Content,
-}
-
-/// Which of the component's configuration a middleware inherits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Inherit {
-    /// Everything (`inherit_configuration = true`).
-    All,
-    /// These keys only (empty: nothing, the default).
-    Some(Vec<String>),
-}
-
-impl From<&InheritConfiguration> for Inherit {
-    fn from(i: &InheritConfiguration) -> Inherit {
-        match i {
-            InheritConfiguration::All => Inherit::All,
-            InheritConfiguration::Some(keys) => Inherit::Some(keys.clone()),
-        }
-    }
-}
-
-impl Inherit {
-    fn allows(&self, capability: &str) -> bool {
-        match self {
-            Inherit::All => true,
-            Inherit::Some(keys) => keys.iter().any(|k| k == capability),
-        }
-    }
-}
+pub use crate::app::http_trigger::{Inherit, Middleware};
 
 /// The configuration an import (with version) uses, if any.
 fn capability_of(import: &str) -> Option<&'static str> {

@@ -40,12 +40,7 @@ const GATEWAY_INTERFACE: &str = "CGI/1.1";
 /// `SERVER_SOFTWARE`, as Spin's.
 const SERVER_SOFTWARE: &str = "WAGI/1";
 
-/// A WAGI trigger's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WagiConfig {
-    /// The `argv` template.
-    pub argv: String,
-}
+pub use crate::app::http_trigger::WagiConfig;
 
 /// A component a WAGI trigger runs: its `wasi:cli/run` and its trigger's settings.
 #[derive(Clone)]
