@@ -5,7 +5,7 @@ use crate::app_log::AppOutput;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Weak};
 
 use arc_swap::ArcSwap;
 use std::time::Duration;
@@ -19,9 +19,15 @@ use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::app::{App, Component, FileMount};
-use crate::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
+use crate::engine::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
+use crate::engine::plan::{CompilePlan, HttpUse, Unit};
+use crate::engine::tier::TieringConfig;
+/// The process's engine, at its path from before it moved to [`crate::engine`].
+pub use crate::engine::{
+    create_engine, engine, engine_with_memory_cap, PoolResidency, POOLING_ENV,
+};
 use crate::host::{self, HostState};
-use crate::limits::{Limits, MemoryLimiter, TimeSlice, EPOCH_TICK};
+use crate::limits::{Limits, MemoryLimiter, TimeSlice};
 use crate::routing::Router;
 use crate::{HostContext, InstanceState};
 
@@ -33,39 +39,9 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:80";
 /// container's cgroup memory limit ([`crate::limits::default_instance_memory`]); none when
 /// the container has no memory limit.
 pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
-/// Env var: set to `0` to use on-demand instance allocation instead of the pooling
-/// allocator (for hosts that limit virtual address space).
-pub const POOLING_ENV: &str = "SPIN_SHIM_POOLING";
 
 /// How long a shutting-down app may finish in-flight requests before they are dropped.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Pooling allocator capacity of the process: live instances, memories and tables at once
-/// (each request instantiates its component); an instantiation beyond it fails.
-mod pool_limits {
-    pub const COMPONENT_INSTANCES: u32 = 1000;
-    pub const CORE_INSTANCES: u32 = 4000;
-    pub const MEMORIES: u32 = 2000;
-    pub const TABLES: u32 = 4000;
-    pub const MEMORIES_PER_COMPONENT: u32 = 4;
-    pub const TABLES_PER_COMPONENT: u32 = 8;
-    pub const CORE_INSTANCES_PER_COMPONENT: u32 = 50;
-    /// At most this many bytes of a pooled linear memory stay mapped between instances
-    /// when the kernel has `PAGEMAP_SCAN` (Linux 6.7+): only the pages the last instance
-    /// dirtied are restored (copied back from the image or zeroed), and they stay resident,
-    /// so a request's instance takes no page faults on the memory its predecessors touched
-    /// and no `madvise` runs. Pages never touched cost nothing.
-    pub const MEMORY_KEEP_RESIDENT: usize = 16 << 20;
-    /// Unused slots that keep their memory (and its resident pages) for the next instance of
-    /// the same component; enough for the concurrency a pod usually sees.
-    pub const WARM_SLOTS: u32 = 16;
-    /// The resident pages all warm slots may hold together, as a fraction of the container's
-    /// memory limit ([`resident_budget`]); without a limit, [`RESIDENT_BUDGET_NO_LIMIT`].
-    pub const RESIDENT_BUDGET_DIVISOR: usize = 8;
-    /// The warm slots' resident budget when the container has no memory limit.
-    pub const RESIDENT_BUDGET_NO_LIMIT: usize = 256 << 20;
-    pub const TABLE_KEEP_RESIDENT: usize = 1 << 20;
-}
 
 /// How to run an app; built from the environment by [`RuntimeConfig::from_env`].
 #[derive(Debug, Clone)]
@@ -86,8 +62,8 @@ pub struct RuntimeConfig {
     pub staging_dir: Option<PathBuf>,
     /// Where to serve Prometheus metrics ([`crate::metrics::METRICS_ADDR_ENV`]); `None`: off.
     pub metrics_addr: Option<SocketAddr>,
-    /// When a component the compile cache misses starts on baseline code ([`crate::tier`]).
-    pub tiering: crate::tier::TieringConfig,
+    /// When a component the compile cache misses starts on baseline code ([`crate::engine::tier`]).
+    pub tiering: TieringConfig,
     /// Inbound TLS ([`crate::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
     pub tls: Option<crate::inbound_tls::InboundTls>,
 }
@@ -144,7 +120,7 @@ impl RuntimeConfig {
                 )
             })?),
         };
-        let tiering = crate::tier::TieringConfig::from_lookup(|k| lookup(env, k))?;
+        let tiering = TieringConfig::from_lookup(|k| lookup(env, k))?;
         let tls = crate::inbound_tls::InboundTls::from_lookup(|k| lookup(env, k))?;
         Ok(RuntimeConfig {
             tls,
@@ -164,144 +140,6 @@ impl RuntimeConfig {
     }
 }
 
-static ENGINE: OnceLock<Engine> = OnceLock::new();
-
-/// The process-wide engine (created on first use): async support, epoch interruption with
-/// a ticker thread, pooling allocator unless `SPIN_SHIM_POOLING=0`.
-pub fn engine() -> anyhow::Result<&'static Engine> {
-    engine_with_memory_cap(None)
-}
-
-/// As [`engine`]; the first call creating the engine bounds the pooling allocator's linear
-/// memories by `max_memory` (the container's memory limit: no instance can use more). The
-/// per-instance cap (`SPIN_MAX_INSTANCE_MEMORY`) is enforced per store, so that a request
-/// over it fails alone while components whose initial memory exceeds it still load.
-pub fn engine_with_memory_cap(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
-    let engine = create_engine(max_memory)?;
-    static TICKER: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut started = TICKER.lock().unwrap_or_else(|p| p.into_inner());
-    if !*started {
-        start_epoch_ticker(engine, "epoch-ticker")?;
-        *started = true;
-    }
-    Ok(engine)
-}
-
-/// Creates the process-wide engine (as [`engine_with_memory_cap`]) without starting its epoch
-/// ticker: a process that confines itself creates it first (the pooling allocator opens
-/// `/proc/self/pagemap`) and starts threads only once confined.
-pub fn create_engine(max_memory: Option<usize>) -> anyhow::Result<&'static Engine> {
-    if let Some(e) = ENGINE.get() {
-        return Ok(e);
-    }
-    let pooling = std::env::var(POOLING_ENV).map(|v| v != "0").unwrap_or(true);
-    let engine = new_engine(pooling, max_memory).or_else(|e| {
-        if pooling {
-            tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
-            new_engine(false, max_memory)
-        } else {
-            Err(e)
-        }
-    })?;
-    Ok(ENGINE.get_or_init(|| engine))
-}
-
-/// The runtime's engine configuration without an instance allocator: component model
-/// (with async), epoch interruption. The compiler is the default (Cranelift);
-/// [`crate::tier`] switches it to Winch for its baseline engine.
-pub(crate) fn engine_config() -> wasmtime::Config {
-    let mut config = wasmtime::Config::new();
-    config.wasm_component_model(true);
-    // Spin 4 (WASIp3) components: async lifts and lowers, streams and futures. Wasmtime 48
-    // enables it by default; set here because the runtime depends on it.
-    config.wasm_component_model_async(true);
-    config.epoch_interruption(true);
-    config
-}
-
-/// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`] (as Spin's engine);
-/// at each tick running guest code checks its time slice ([`TimeSlice`]).
-pub(crate) fn start_epoch_ticker(engine: &'static Engine, name: &str) -> anyhow::Result<()> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || loop {
-            std::thread::sleep(EPOCH_TICK);
-            engine.increment_epoch();
-        })
-        .context("cannot start the epoch ticker thread")?;
-    Ok(())
-}
-
-/// An engine with the runtime's configuration; `pooling` only changes how instances are
-/// allocated, never the compiled code (so both produce interchangeable artifacts).
-pub(crate) fn new_engine(pooling: bool, max_memory: Option<usize>) -> anyhow::Result<Engine> {
-    let mut config = engine_config();
-    if pooling {
-        let mut pool = wasmtime::PoolingAllocationConfig::default();
-        if let Some(max) = max_memory {
-            pool.max_memory_size(max);
-        }
-        pool.total_component_instances(pool_limits::COMPONENT_INSTANCES)
-            .total_core_instances(pool_limits::CORE_INSTANCES)
-            .total_memories(pool_limits::MEMORIES)
-            .total_tables(pool_limits::TABLES)
-            .max_memories_per_component(pool_limits::MEMORIES_PER_COMPONENT)
-            .max_tables_per_component(pool_limits::TABLES_PER_COMPONENT)
-            .max_core_instances_per_component(pool_limits::CORE_INSTANCES_PER_COMPONENT);
-        if let Some(r) = PoolResidency::for_memory_cap(max_memory) {
-            pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .max_unused_warm_slots(r.max_unused_warm_slots)
-                .linear_memory_keep_resident(r.memory_keep_resident)
-                .table_keep_resident(r.table_keep_resident);
-        }
-        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-    }
-    Engine::new(&config)
-        .map_err(anyhow::Error::from)
-        .context("cannot create the wasmtime engine")
-}
-
-/// How the pooling allocator resets a freed instance's memory and tables for the next one:
-/// the settings [`new_engine`] applies, public so that a comparison with another wasmtime
-/// embedding (the bench's `wasmtime serve -O pooling-...` row) can allocate as we do.
-#[derive(Debug, Clone, Copy)]
-pub struct PoolResidency {
-    /// Bytes of each pooled linear memory kept mapped between instances.
-    pub memory_keep_resident: usize,
-    /// Bytes of each pooled table kept mapped between instances.
-    pub table_keep_resident: usize,
-    /// Freed slots that keep their resident pages for the next instance.
-    pub max_unused_warm_slots: u32,
-}
-
-impl PoolResidency {
-    /// The settings for a process whose instances may use at most `max_memory` bytes (the
-    /// container's memory limit; `None` for no limit), or `None` without the kernel's
-    /// `PAGEMAP_SCAN` (Linux 6.7+): then keeping memory resident would mean a memset of the
-    /// whole kept region per instance, slower than madvise for what a request touches, and
-    /// the pool keeps wasmtime's defaults.
-    pub fn for_memory_cap(max_memory: Option<usize>) -> Option<Self> {
-        wasmtime::PoolingAllocationConfig::is_pagemap_scan_available().then(|| Self {
-            memory_keep_resident: keep_resident(max_memory),
-            table_keep_resident: pool_limits::TABLE_KEEP_RESIDENT,
-            max_unused_warm_slots: pool_limits::WARM_SLOTS,
-        })
-    }
-}
-
-/// Bytes of each pooled linear memory kept resident: [`pool_limits::MEMORY_KEEP_RESIDENT`],
-/// less when the container's memory limit (`max_memory`) is small, so that the warm slots
-/// together never hold more than an eighth of it (a 128 MiB pod: 1 MiB per slot).
-fn keep_resident(max_memory: Option<usize>) -> usize {
-    let budget = max_memory.map_or(pool_limits::RESIDENT_BUDGET_NO_LIMIT, |m| {
-        m / pool_limits::RESIDENT_BUDGET_DIVISOR
-    });
-    let per_slot = budget / pool_limits::WARM_SLOTS as usize;
-    // Whole pages: wasmtime rounds to the host page size anyway.
-    (per_slot.min(pool_limits::MEMORY_KEEP_RESIDENT)) & !0xfff
-}
-
-/// (host dir, guest path) pairs mounted read-only.
 type Preopens = Vec<(PathBuf, String)>;
 
 /// The HTTP handler a component exports.
@@ -317,13 +155,6 @@ pub(crate) enum HttpPre {
     Spin1(crate::spin1::http::InboundHttpPre),
     /// A WASI command a WAGI trigger runs per request ([`crate::wagi`]).
     Wagi(crate::wagi::WagiPre),
-}
-
-/// What an HTTP trigger needs of a component: an HTTP handler export, or (WAGI) a command.
-#[derive(Clone)]
-pub(crate) enum HttpRole {
-    Handler,
-    Wagi(Arc<crate::wagi::WagiConfig>),
 }
 
 /// The standard streams of a store.
@@ -399,7 +230,7 @@ impl PreparedComponent {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limits: MemoryLimiter::new(max_instance_memory),
+            limits: MemoryLimiter::new(max_instance_memory).with_usage(&self.id),
             host: self.host.clone(),
             slice: Arc::new(TimeSlice::start()),
         };
@@ -435,8 +266,17 @@ pub struct LoadStats {
     /// Distinct Wasm binaries loaded from the compile cache.
     pub cache_hits: usize,
     /// Of the compiled ones, those compiled with the baseline compiler (Winch), to be
-    /// compiled with Cranelift in the background ([`crate::tier`]).
+    /// compiled with Cranelift in the background ([`crate::engine::tier`]).
     pub baseline: usize,
+}
+
+impl LoadStats {
+    fn count(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Hit => self.cache_hits += 1,
+            Outcome::Miss => self.compiled += 1,
+        }
+    }
 }
 
 /// An app loaded onto the engine, ready to serve.
@@ -452,10 +292,12 @@ pub struct LoadedApp {
     pub stats: LoadStats,
     /// Where components reach their own app (service chaining, self requests).
     pub(crate) chain: Arc<crate::chain::ChainSlot>,
+    /// The host features' per-app state (resolved variables, stores, policies).
+    pub(crate) host: host::AppHost,
     /// Prometheus metrics, when [`crate::metrics::METRICS_ADDR_ENV`] is set.
     pub(crate) metrics: Option<Arc<crate::metrics::Metrics>>,
-    /// Components serving on baseline code, for [`crate::tier::start`].
-    tier_up: std::sync::Mutex<Option<crate::tier::TierUp>>,
+    /// Components serving on baseline code, for [`start_tier_up`].
+    tier_up: std::sync::Mutex<Option<TierUp>>,
     _staging: Vec<StagingDir>,
 }
 
@@ -479,6 +321,8 @@ impl LoadedApp {
             crate::limits::container_memory_limit().map(|l| l.min(usize::MAX as u64) as usize),
         )?;
         let router = Router::build(&app.http_triggers)?;
+        // Every host feature's per-app state, from the runtime config read once per app.
+        let host_app = host::AppHost::new(&app, &config.host)?;
         let mut linker = new_linker(engine)?;
         // The baseline engine's linker, made when a first component starts on it.
         let mut baseline_linker: Option<Linker<InstanceState>> = None;
@@ -489,51 +333,13 @@ impl LoadedApp {
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
-        let mut http_components: HashMap<&str, HttpRole> = HashMap::new();
-        for t in &app.http_triggers {
-            if t.component.is_empty() {
-                continue;
-            }
-            let role = match &t.wagi {
-                Some(w) => HttpRole::Wagi(w.clone()),
-                None => HttpRole::Handler,
-            };
-            match (http_components.get(t.component.as_str()), &role) {
-                (Some(HttpRole::Wagi(_)), HttpRole::Handler)
-                | (Some(HttpRole::Handler), HttpRole::Wagi(_)) => bail!(
-                    "component `{}` is used by a WAGI trigger and by an HTTP trigger with \
-                     another executor; a component is either a WASI command (WAGI) or an HTTP \
-                     handler: give each trigger its own component",
-                    t.component
-                ),
-                (Some(_), _) => {}
-                (None, _) => {
-                    http_components.insert(t.component.as_str(), role);
-                }
-            }
-        }
-        let event_components: std::collections::HashSet<&str> =
-            app.event_triggers.components().map(|(_, _, c)| c).collect();
-        // As Spin's trigger executors: only components a trigger uses are loaded (others,
-        // such as middleware listed as app components, may not link on their own).
-        let used: std::collections::HashSet<&str> = http_components
-            .keys()
-            .chain(event_components.iter())
-            .copied()
-            .collect();
-        for component in app.components.values() {
-            if !used.contains(component.id.as_str()) {
-                tracing::debug!(component = %component.id, "not used by any trigger: not loaded");
-                continue;
-            }
-            let mut bytes = component.source.read().with_context(|| {
-                format!("component `{}`: cannot read its Wasm source", component.id)
-            })?;
-            if !component.middleware.is_empty() {
-                bytes = compose_middleware(component, &bytes)?.into();
-            }
+        // The same plan the shim compiled before the container started.
+        let plan = CompilePlan::of(&app)?;
+        for unit in &plan.units {
+            let component = unit.component;
+            let bytes = unit.wasm()?;
             // A Spin 1.x module that cannot be adapted only takes its own HTTP routes down.
-            if !event_components.contains(component.id.as_str()) {
+            if !unit.event {
                 if let Err(e) = crate::spin1::check(&bytes, &component.id) {
                     tracing::error!(
                         "{e:#}; the app's other components are served, its routes answer 500"
@@ -541,74 +347,22 @@ impl LoadedApp {
                     continue;
                 }
             }
-            let digest = crate::compile_cache::component_digest(&bytes);
+            let digest = crate::engine::compile_cache::component_digest(&bytes);
             let wasm = match compiled.get(&digest) {
                 Some(c) => c.clone(),
                 None => {
-                    // Only where Cranelift's code can be stored for the next start: in a
-                    // container (read-only cache, entries precompiled by the shim) a miss
-                    // compiles once, in memory, inside the pod's memory limit.
-                    let event = event_components.contains(component.id.as_str());
-                    let baseline = config.tiering.applies(bytes.len())
-                        && !event
-                        && config.compile_cache.as_ref().is_some_and(|c| {
-                            !c.is_read_only()
-                                && entry_state(&c.entry_path(engine, &bytes)) == EntryState::Missing
-                        });
-                    // In a container, the shim compiled the baseline code before it started
-                    // and is compiling Cranelift's into the entry it reserved.
-                    let shim_baseline = match config.compile_cache.as_ref() {
-                        Some(c)
-                            if c.is_read_only()
-                                && !event
-                                && entry_state(&c.entry_path(engine, &bytes))
-                                    == EntryState::Pending =>
-                        {
-                            let base = crate::tier::baseline_engine()?;
-                            (entry_state(&c.entry_path(base, &bytes)) == EntryState::Ready)
-                                .then_some((c, base))
-                        }
-                        _ => None,
-                    };
-                    let c = if let Some((cache, base)) = shim_baseline {
-                        let (c, outcome) = cache.load_or_compile(base, &bytes, &component.id)?;
-                        tracing::info!(
-                            component = %component.id,
-                            "serving on the shim's baseline (Winch) code while the shim \
-                             compiles it with Cranelift"
-                        );
-                        match outcome {
-                            Outcome::Hit => stats.cache_hits += 1,
-                            Outcome::Miss => stats.compiled += 1,
-                        }
-                        stats.baseline += 1;
-                        c
-                    } else if let Some(c) = baseline
-                        .then(|| baseline_compile(&bytes, &component.id))
-                        .flatten()
-                    {
-                        stats.compiled += 1;
-                        stats.baseline += 1;
-                        c
-                    } else {
-                        let (c, outcome) =
-                            compile(engine, config.compile_cache.as_ref(), &bytes, &component.id)?;
-                        match outcome {
-                            Outcome::Hit => stats.cache_hits += 1,
-                            Outcome::Miss => stats.compiled += 1,
-                        }
-                        c
-                    };
+                    let c = compile_unit(engine, config, unit, &bytes, &mut stats)?;
                     compiled.insert(digest, c.clone());
                     c
                 }
             };
+            let middleware = !unit.middleware().is_empty();
             let on_baseline = !Engine::same(wasm.engine(), engine);
             if on_baseline {
-                pending.push(crate::tier::Pending {
+                pending.push(Pending {
                     id: component.id.clone(),
                     bytes: bytes.to_vec(),
-                    middleware: !component.middleware.is_empty(),
+                    middleware,
                 });
             }
             let code_linker = if on_baseline {
@@ -619,12 +373,16 @@ impl LoadedApp {
             } else {
                 &mut linker
             };
-            let http = http_components.get(component.id.as_str());
-            let middleware = !component.middleware.is_empty();
-            let (instance_pre, pre) = link(code_linker, &wasm, &component.id, http, middleware)?;
+            let (instance_pre, pre) = link(
+                code_linker,
+                &wasm,
+                &component.id,
+                unit.http.as_ref(),
+                middleware,
+            )?;
             let (preopens, dir) = prepare_files(component, config)?;
             staging.extend(dir);
-            let mut host = HostState::new(component, &app, &config.host)
+            let mut host = HostState::new(component, &host_app)
                 .with_context(|| format!("component `{}`", component.id))?;
             host.chain = chain.clone();
             components.insert(
@@ -644,8 +402,9 @@ impl LoadedApp {
                 }),
             );
         }
+        drop(plan);
         if stats.compiled > 0 {
-            crate::tier::release_freed_memory();
+            crate::engine::tier::release_freed_memory();
         }
         tracing::info!(
             app = %app.name,
@@ -655,7 +414,7 @@ impl LoadedApp {
             baseline = stats.baseline,
             "app loaded"
         );
-        let tier_up = (!pending.is_empty()).then(|| crate::tier::TierUp {
+        let tier_up = (!pending.is_empty()).then(|| TierUp {
             linker,
             cache: config.compile_cache.clone(),
             pending,
@@ -668,14 +427,15 @@ impl LoadedApp {
             limits: config.limits.clone(),
             stats,
             chain,
+            host: host_app,
             metrics: None,
             tier_up: std::sync::Mutex::new(tier_up),
             _staging: staging,
         })
     }
 
-    /// The components waiting for Cranelift code, once ([`crate::tier::start`]).
-    pub(crate) fn take_tier_up(&self) -> Option<crate::tier::TierUp> {
+    /// The components waiting for Cranelift code, once ([`start_tier_up`]).
+    fn take_tier_up(&self) -> Option<TierUp> {
         self.tier_up
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -697,8 +457,8 @@ impl LoadedApp {
             .ok_or_else(|| anyhow!("component `{id}` is not loaded"))?;
         let old = slot.load_full();
         let role = old.pre.as_ref().map(|p| match p {
-            HttpPre::Wagi(w) => HttpRole::Wagi(w.config.clone()),
-            _ => HttpRole::Handler,
+            HttpPre::Wagi(w) => HttpUse::Wagi(w.config.clone()),
+            _ => HttpUse::Handler,
         });
         let (instance_pre, pre) = link(linker, wasm, id, role.as_ref(), middleware)?;
         slot.store(Arc::new(PreparedComponent {
@@ -785,26 +545,6 @@ impl LoadedApp {
     }
 }
 
-/// `component` with its middleware composed in front of it (see [`crate::middleware`]).
-fn compose_middleware(component: &Component, bytes: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut parts = Vec::new();
-    for m in &component.middleware {
-        let b = m.source.read().with_context(|| {
-            format!(
-                "component `{}`: middleware {}: cannot read it",
-                component.id, m.name
-            )
-        })?;
-        parts.push((m.name.clone(), m.inherit.clone(), b.to_vec()));
-    }
-    tracing::info!(
-        component = %component.id,
-        middleware = parts.len(),
-        "composing HTTP middleware in front of the component"
-    );
-    crate::middleware::compose(&component.id, bytes, &parts)
-}
-
 /// The HTTP handler of `instance_pre`: the WASIp2 incoming handler, else the WASIp3 one
 /// ([`check_exports`] already saw one of them).
 fn http_pre(instance_pre: &InstancePre<InstanceState>, id: &str) -> anyhow::Result<HttpPre> {
@@ -850,11 +590,11 @@ fn link(
     linker: &mut Linker<InstanceState>,
     wasm: &WasmComponent,
     id: &str,
-    http: Option<&HttpRole>,
+    http: Option<&HttpUse>,
     middleware: bool,
 ) -> anyhow::Result<(InstancePre<InstanceState>, Option<HttpPre>)> {
     let engine = wasm.engine();
-    if let Some(HttpRole::Handler) = http {
+    if let Some(HttpUse::Handler) = http {
         check_exports(engine, wasm, id)?;
     }
     if middleware {
@@ -868,8 +608,8 @@ fn link(
                 None => anyhow!("component `{id}` cannot be linked: {e:#}"),
             })?;
     let pre = match http {
-        Some(HttpRole::Handler) => Some(http_pre(&instance_pre, id)?),
-        Some(HttpRole::Wagi(config)) => Some(HttpPre::Wagi(crate::wagi::prepare(
+        Some(HttpUse::Handler) => Some(http_pre(&instance_pre, id)?),
+        Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(crate::wagi::prepare(
             &instance_pre,
             id,
             config.clone(),
@@ -877,22 +617,6 @@ fn link(
         None => None,
     };
     Ok((instance_pre, pre))
-}
-
-/// Compiles (or loads from `cache`) a component, or a wasip1 core module made into one.
-fn compile(
-    engine: &Engine,
-    cache: Option<&CompileCache>,
-    bytes: &[u8],
-    id: &str,
-) -> anyhow::Result<(WasmComponent, Outcome)> {
-    match cache {
-        Some(cache) => cache.load_or_compile(engine, bytes, id),
-        None => Ok((
-            crate::compile_cache::compile_component(engine, bytes, id)?,
-            Outcome::Miss,
-        )),
-    }
 }
 
 /// Rejects components that do not export the wasi:http incoming handler, naming the
@@ -1041,12 +765,65 @@ fn prepare_files(
     Ok((preopens, staging))
 }
 
+/// Compiles `unit` (its Wasm `bytes`, as planned and composed), or loads it from the
+/// compile cache, counting what it did in `stats`. Where Cranelift's code can be stored for
+/// the next start, a large unit the cache misses starts on baseline code; in a container
+/// (read-only cache, entries precompiled by the shim) it starts on the shim's baseline
+/// code while the shim compiles Cranelift's into the entry it reserved; a miss there
+/// compiles once, in memory, inside the pod's memory limit.
+fn compile_unit(
+    engine: &Engine,
+    config: &RuntimeConfig,
+    unit: &Unit<'_>,
+    bytes: &[u8],
+    stats: &mut LoadStats,
+) -> anyhow::Result<WasmComponent> {
+    let id = unit.id();
+    let cache = config.compile_cache.as_ref();
+    let main_entry = cache.map(|c| entry_state(&c.entry_path(engine, bytes)));
+    let tiers = unit.starts_on_baseline(&config.tiering, bytes.len());
+    if let (Some(cache), Some(EntryState::Pending), true) = (cache, main_entry, !unit.event) {
+        if cache.is_read_only() {
+            let base = crate::engine::tier::baseline_engine()?;
+            if entry_state(&cache.entry_path(base, bytes)) == EntryState::Ready {
+                let (c, outcome) = cache.load_or_compile(base, bytes, id)?;
+                tracing::info!(
+                    component = %id,
+                    "serving on the shim's baseline (Winch) code while the shim compiles it \
+                     with Cranelift"
+                );
+                stats.count(outcome);
+                stats.baseline += 1;
+                return Ok(c);
+            }
+        }
+    }
+    let writable_miss =
+        cache.is_some_and(|c| !c.is_read_only()) && main_entry == Some(EntryState::Missing);
+    if tiers && writable_miss {
+        if let Some(c) = baseline_compile(bytes, id) {
+            stats.compiled += 1;
+            stats.baseline += 1;
+            return Ok(c);
+        }
+    }
+    let (c, outcome) = match cache {
+        Some(cache) => cache.load_or_compile(engine, bytes, id)?,
+        None => (
+            crate::engine::compile_cache::compile_component(engine, bytes, id)?,
+            Outcome::Miss,
+        ),
+    };
+    stats.count(outcome);
+    Ok(c)
+}
+
 /// `bytes` compiled with the baseline compiler to serve now, or None (logged) where Winch
 /// cannot compile it (a proposal it lacks): then Cranelift compiles it before serving.
 fn baseline_compile(bytes: &[u8], id: &str) -> Option<WasmComponent> {
     let t0 = std::time::Instant::now();
-    let compiled = crate::tier::baseline_engine()
-        .and_then(|base| crate::compile_cache::compile_component(base, bytes, id));
+    let compiled = crate::engine::tier::baseline_engine()
+        .and_then(|base| crate::engine::compile_cache::compile_component(base, bytes, id));
     match compiled {
         Ok(c) => {
             tracing::info!(
@@ -1067,20 +844,76 @@ fn baseline_compile(bytes: &[u8], id: &str) -> Option<WasmComponent> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::keep_resident;
+/// A component serving on baseline code, to be compiled with Cranelift.
+struct Pending {
+    /// The app's component id.
+    id: String,
+    /// The Wasm the baseline code was compiled from (middleware already composed).
+    bytes: Vec<u8>,
+    /// Whether HTTP middleware was composed in (its cut-off imports need defining).
+    middleware: bool,
+}
 
-    #[test]
-    fn warm_slots_hold_at_most_an_eighth_of_the_memory_limit() {
-        const MIB: usize = 1 << 20;
-        assert_eq!(keep_resident(Some(128 * MIB)), MIB);
-        assert_eq!(keep_resident(Some(1024 * MIB)), 8 * MIB);
-        // Never more than the fixed cap, with or without a (large) limit.
-        assert_eq!(keep_resident(Some(64 * 1024 * MIB)), 16 * MIB);
-        assert_eq!(keep_resident(None), 16 * MIB);
-        // A limit too small for a page per slot keeps nothing (madvise as before).
-        assert_eq!(keep_resident(Some(256 * 1024)), 0);
-        assert_eq!(keep_resident(Some(100 * MIB + 3)) % 4096, 0);
+/// What the background compilation needs: the main engine's linker, the cache to store
+/// into, and the components to compile.
+struct TierUp {
+    linker: Linker<InstanceState>,
+    cache: Option<CompileCache>,
+    pending: Vec<Pending>,
+}
+
+/// Starts the background compilation of `app`'s baseline components, if it has any
+/// ([`crate::engine::tier`]). The thread holds the app weakly: an app shut down meanwhile
+/// still gets its cache entries written, and no swap.
+pub(crate) fn start_tier_up(app: &Arc<LoadedApp>) {
+    let Some(work) = app.take_tier_up() else {
+        return;
+    };
+    let weak = Arc::downgrade(app);
+    let spawned = std::thread::Builder::new()
+        .name("tier-up".into())
+        .spawn(move || run_tier_up(work, weak));
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the tier-up thread ({e}); components stay on baseline code");
+    }
+}
+
+fn run_tier_up(work: TierUp, app: Weak<LoadedApp>) {
+    crate::engine::tier::lower_thread_priority();
+    let engine = match crate::engine::engine() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!("tier-up: no engine ({e:#}); components stay on baseline code");
+            return;
+        }
+    };
+    for p in work.pending {
+        let t0 = std::time::Instant::now();
+        let mut linker = work.linker.clone();
+        match crate::engine::tier::cranelift_code(engine, work.cache.as_ref(), &p.id, &p.bytes) {
+            Ok(wasm) => {
+                let Some(app) = app.upgrade() else {
+                    tracing::info!(component = %p.id, "tier-up: app already stopped");
+                    return;
+                };
+                let swapped = app.swap_code(&p.id, &mut linker, &wasm, p.middleware);
+                crate::engine::tier::release_freed_memory();
+                match swapped {
+                    Ok(()) => tracing::info!(
+                        component = %p.id,
+                        ms = t0.elapsed().as_millis() as u64,
+                        "compiled with Cranelift in the background; new requests run its code"
+                    ),
+                    Err(e) => tracing::warn!(
+                        component = %p.id,
+                        "tier-up: cannot swap in the Cranelift code, staying on baseline: {e:#}"
+                    ),
+                }
+            }
+            Err(e) => tracing::warn!(
+                component = %p.id,
+                "tier-up: Cranelift compilation failed, staying on baseline code: {e:#}"
+            ),
+        }
     }
 }

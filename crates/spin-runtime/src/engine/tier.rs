@@ -12,21 +12,19 @@
 //! with. In a container the cache is read-only and the shim compiles, in unprivileged
 //! helper processes placed in the container's cgroup (the pod's limits apply to them): for
 //! such a component it compiles the baseline code before the container starts and reserves
-//! the Cranelift entry ([`crate::compile_cache::Reservation`]), which it fills while the
+//! the Cranelift entry ([`super::compile_cache::Reservation`]), which it fills while the
 //! container serves; the container's background thread waits for the entry to become
 //! readable and swaps it in (an empty entry, when that compilation failed or hit the pod's
 //! limits, leaves it on the baseline code). A read-only cache with no reservation has no
 //! tiering: a miss compiles with Cranelift in memory.
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::OnceLock;
 
 use anyhow::Context as _;
-use wasmtime::component::{Component as WasmComponent, Linker};
+use wasmtime::component::Component as WasmComponent;
 use wasmtime::Engine;
 
-use crate::compile_cache::{entry_state, CompileCache, EntryState};
-use crate::runtime::LoadedApp;
-use crate::InstanceState;
+use super::compile_cache::{entry_state, CompileCache, EntryState};
 
 /// Env var: `0` turns tiering off (a cache miss compiles with Cranelift before serving).
 pub const TIERING_ENV: &str = "SPIN_SHIM_TIERED_COMPILE";
@@ -95,14 +93,14 @@ pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
         engine
     });
     if created {
-        crate::runtime::start_epoch_ticker(engine, "epoch-baseline")?;
+        super::config::start_epoch_ticker(engine, "epoch-baseline")?;
     }
     Ok(engine)
 }
 
 /// The runtime's configuration with Winch as the compiler.
 pub(crate) fn baseline_config() -> wasmtime::Config {
-    let mut config = crate::runtime::engine_config();
+    let mut config = super::config::engine_config();
     config.strategy(wasmtime::Strategy::Winch);
     config
 }
@@ -127,104 +125,33 @@ pub fn release_freed_memory() {
     }
 }
 
-/// A component serving on baseline code, to be compiled with Cranelift.
-pub(crate) struct Pending {
-    /// The app's component id.
-    pub(crate) id: String,
-    /// The Wasm the baseline code was compiled from (middleware already composed).
-    pub(crate) bytes: Vec<u8>,
-    /// Whether HTTP middleware was composed in (its cut-off imports need defining).
-    pub(crate) middleware: bool,
-}
-
-/// What the background compilation needs: the main engine's linker, the cache to store
-/// into, and the components to compile.
-pub(crate) struct TierUp {
-    pub(crate) linker: Linker<InstanceState>,
-    pub(crate) cache: Option<CompileCache>,
-    pub(crate) pending: Vec<Pending>,
-}
-
-/// Starts the background compilation of `app`'s baseline components, if it has any. The
-/// thread holds the app weakly: an app shut down meanwhile still gets its cache entries
-/// written, and no swap.
-pub(crate) fn start(app: &Arc<LoadedApp>) {
-    let Some(work) = app.take_tier_up() else {
-        return;
-    };
-    let weak = Arc::downgrade(app);
-    let spawned = std::thread::Builder::new()
-        .name("tier-up".into())
-        .spawn(move || run(work, weak));
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the tier-up thread ({e}); components stay on baseline code");
-    }
-}
-
-fn run(work: TierUp, app: Weak<LoadedApp>) {
-    lower_thread_priority();
-    let engine = match crate::runtime::engine() {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::warn!("tier-up: no engine ({e:#}); components stay on baseline code");
-            return;
-        }
-    };
-    for p in work.pending {
-        let t0 = std::time::Instant::now();
-        let mut linker = work.linker.clone();
-        match compile(engine, work.cache.as_ref(), &p) {
-            Ok(wasm) => {
-                let Some(app) = app.upgrade() else {
-                    tracing::info!(component = %p.id, "tier-up: app already stopped");
-                    return;
-                };
-                let swapped = app.swap_code(&p.id, &mut linker, &wasm, p.middleware);
-                release_freed_memory();
-                match swapped {
-                    Ok(()) => tracing::info!(
-                        component = %p.id,
-                        ms = t0.elapsed().as_millis() as u64,
-                        "compiled with Cranelift in the background; new requests run its code"
-                    ),
-                    Err(e) => tracing::warn!(
-                        component = %p.id,
-                        "tier-up: cannot swap in the Cranelift code, staying on baseline: {e:#}"
-                    ),
-                }
-            }
-            Err(e) => tracing::warn!(
-                component = %p.id,
-                "tier-up: Cranelift compilation failed, staying on baseline code: {e:#}"
-            ),
-        }
-    }
-}
-
-/// Cranelift's code for `p` on `engine`. With a writable cache it is compiled on one
-/// thread by [`serial_engine`] (same compatibility hash as `engine`: the code is the
-/// same), stored, and loaded back from the entry, whose pages are mapped from the file as
-/// on a warm start instead of held in anonymous memory; otherwise compiled on `engine`.
-fn compile(
+/// Cranelift's code for component `id` of Wasm `bytes` (as it was planned and composed) on
+/// `engine`, for a component serving on baseline code. In a container (read-only cache)
+/// it waits for the shim's entry. With a writable cache it is compiled on one thread by
+/// [`serial_engine`] (same compatibility hash as `engine`: the code is the same), stored,
+/// and loaded back from the entry, whose pages are mapped from the file as on a warm start
+/// instead of held in anonymous memory; otherwise compiled on `engine`. Blocking.
+pub(crate) fn cranelift_code(
     engine: &Engine,
     cache: Option<&CompileCache>,
-    p: &Pending,
+    id: &str,
+    bytes: &[u8],
 ) -> anyhow::Result<WasmComponent> {
     if let Some(cache) = cache.filter(|c| c.is_read_only()) {
-        return wait_for_shim(engine, cache, p);
+        return wait_for_shim(engine, cache, bytes);
     }
     if let Some(cache) = cache.filter(|c| !c.is_read_only()) {
         let serial = serial_engine()?;
-        let (_, outcome) = cache.load_or_compile(serial, &p.bytes, &p.id)?;
-        if cache.entry_path(engine, &p.bytes).is_file() {
-            let (wasm, _) = cache.load_or_compile(engine, &p.bytes, &p.id)?;
-            tracing::debug!(component = %p.id, ?outcome, "tier-up: loaded from the cache entry");
+        let (_, outcome) = cache.load_or_compile(serial, bytes, id)?;
+        if cache.entry_path(engine, bytes).is_file() {
+            let (wasm, _) = cache.load_or_compile(engine, bytes, id)?;
+            tracing::debug!(component = %id, ?outcome, "tier-up: loaded from the cache entry");
             return Ok(wasm);
         }
     }
     Ok(match cache {
-        Some(cache) => cache.load_or_compile(engine, &p.bytes, &p.id)?.0,
-        None => crate::compile_cache::compile_component(engine, &p.bytes, &p.id)?,
+        Some(cache) => cache.load_or_compile(engine, bytes, id)?.0,
+        None => super::compile_cache::compile_component(engine, bytes, id)?,
     })
 }
 
@@ -234,14 +161,14 @@ const SHIM_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
 const SHIM_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// In a container: the shim compiles the component with Cranelift after the container
-/// started and fills the entry it reserved ([`crate::compile_cache::Reservation`]); this
+/// started and fills the entry it reserved ([`super::compile_cache::Reservation`]); this
 /// waits for the entry to become readable and loads it.
 fn wait_for_shim(
     engine: &Engine,
     cache: &CompileCache,
-    p: &Pending,
+    bytes: &[u8],
 ) -> anyhow::Result<WasmComponent> {
-    let path = cache.entry_path(engine, &p.bytes);
+    let path = cache.entry_path(engine, bytes);
     let deadline = std::time::Instant::now() + SHIM_WAIT;
     while entry_state(&path) == EntryState::Pending {
         anyhow::ensure!(
@@ -273,7 +200,7 @@ fn serial_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let mut config = crate::runtime::engine_config();
+    let mut config = super::config::engine_config();
     config.parallel_compilation(false);
     let e = Engine::new(&config)
         .map_err(anyhow::Error::from)
@@ -306,18 +233,20 @@ mod tests {
     #[test]
     fn serial_engine_writes_entries_the_main_engine_loads() {
         assert_eq!(
-            crate::compile_cache::engine_key(serial_engine().unwrap()),
-            crate::compile_cache::engine_key(&crate::runtime::new_engine(true, None).unwrap()),
+            crate::engine::compile_cache::engine_key(serial_engine().unwrap()),
+            crate::engine::compile_cache::engine_key(
+                &crate::engine::config::new_engine(true, None).unwrap()
+            ),
         );
     }
 
     #[test]
     fn baseline_engine_is_winch_and_differs_from_the_main_engine() {
         let base = baseline_engine().unwrap();
-        let main = crate::runtime::new_engine(false, None).unwrap();
+        let main = crate::engine::config::new_engine(false, None).unwrap();
         assert_ne!(
-            crate::compile_cache::engine_key(base),
-            crate::compile_cache::engine_key(&main),
+            crate::engine::compile_cache::engine_key(base),
+            crate::engine::compile_cache::engine_key(&main),
             "a baseline artifact must never be mistaken for a Cranelift cache entry"
         );
     }

@@ -236,12 +236,12 @@ impl CompileCache {
         Self::entry_name_for(
             engine,
             &component_digest(wasm),
-            crate::componentize::is_core_module(wasm),
+            super::componentize::is_core_module(wasm),
         )
     }
 
     /// [`CompileCache::entry_name`] from the bytes' hex sha256 and whether they are a core
-    /// module ([`crate::componentize::is_core_module`] of their first 8 bytes), for a
+    /// module ([`super::componentize::is_core_module`] of their first 8 bytes), for a
     /// caller that hashed them as it streamed them.
     pub fn entry_name_for(engine: &Engine, digest_hex: &str, core_module: bool) -> String {
         let form = if core_module { "-p1-reactor" } else { "" };
@@ -530,20 +530,20 @@ pub fn precompile_component(engine: &Engine, wasm: &[u8], name: &str) -> anyhow:
 /// retargeted to the release; refused unless it is a Wasm binary ([`ensure_binary`]).
 fn as_component<'a>(wasm: &'a [u8], name: &str) -> anyhow::Result<std::borrow::Cow<'a, [u8]>> {
     ensure_binary(wasm, name)?;
-    Ok(if crate::componentize::is_core_module(wasm) {
+    Ok(if super::componentize::is_core_module(wasm) {
         tracing::info!(
             component = name,
             "core module (wasip1): componentizing with the preview1 adapter"
         );
-        crate::componentize::componentize(wasm, name)?.into()
-    } else if crate::p3::mentions_rc_snapshot(wasm) {
+        super::componentize::componentize(wasm, name)?.into()
+    } else if super::retarget::mentions_rc_snapshot(wasm) {
         tracing::info!(
             component = name,
             "WASIp3 snapshot {} component (Spin 4): retargeting it to WASI {}",
-            crate::p3::RC_SNAPSHOT,
-            crate::p3::RELEASE
+            super::retarget::RC_SNAPSHOT,
+            super::retarget::RELEASE
         );
-        crate::p3::retarget_snapshot(wasm)
+        super::retarget::retarget_snapshot(wasm)
             .with_context(|| format!("component `{name}` is not a valid Wasm component"))?
             .into()
     } else {
@@ -558,7 +558,7 @@ pub fn compile_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let e = crate::runtime::new_engine(false, None)?;
+    let e = super::config::new_engine(false, None)?;
     Ok(ENGINE.get_or_init(|| e))
 }
 
@@ -569,7 +569,7 @@ pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let e = Engine::new(&crate::tier::baseline_config())
+    let e = Engine::new(&super::tier::baseline_config())
         .map_err(anyhow::Error::from)
         .context("cannot create the baseline (Winch) engine")?;
     Ok(ENGINE.get_or_init(|| e))
@@ -580,9 +580,9 @@ pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
 /// only unless `parallel`: one compilation holds fewer functions in flight, so less memory.
 pub fn entry_compile_engine(winch: bool, parallel: bool) -> anyhow::Result<Engine> {
     let mut config = if winch {
-        crate::tier::baseline_config()
+        super::tier::baseline_config()
     } else {
-        crate::runtime::engine_config()
+        super::config::engine_config()
     };
     config.parallel_compilation(parallel);
     Engine::new(&config)
@@ -630,7 +630,7 @@ mod tests {
             std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        let pooling = crate::runtime::new_engine(true, Some(64 << 20)).unwrap();
+        let pooling = crate::engine::config::new_engine(true, Some(64 << 20)).unwrap();
         assert_eq!(
             engine_key(&pooling),
             engine_key(compile_engine().unwrap()),

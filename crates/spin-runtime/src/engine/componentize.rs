@@ -41,13 +41,13 @@ pub fn is_plain_command(module: &[u8]) -> bool {
 }
 
 /// The component made from core module `module` with the preview1 adapter: a Spin 1.x
-/// module ([`crate::spin1`]) renamed to the `fermyon:spin` interfaces first, the command
+/// module ([`super::spin1`]) renamed to the `fermyon:spin` interfaces first, the command
 /// adapter for a plain command ([`is_plain_command`]), else the reactor adapter. Errors name
 /// `id` and what the encoder refused (e.g. a module without embedded component type
 /// information, or preview1 functions the adapter lacks).
 pub fn componentize(module: &[u8], id: &str) -> anyhow::Result<Vec<u8>> {
-    if crate::spin1::is_spin1_module(module) {
-        return crate::spin1::componentize(module, id);
+    if super::spin1::is_spin1_module(module) {
+        return super::spin1::componentize(module, id);
     }
     let adapter = if is_plain_command(module) {
         wasi_preview1_component_adapter_provider::WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER
