@@ -36,6 +36,13 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Env var: most connections served at once; further clients wait in the listen backlog
 /// until one closes.
 pub const MAX_CONNECTIONS_ENV: &str = "SPIN_SHIM_MAX_CONNECTIONS";
+/// Env var: how long a connection may make no progress writing its response (the client
+/// does not read, or its receive window stays closed) before it is closed. A duration (`30`,
+/// `30s`, `1500ms`, `2m`); `0` disables it.
+pub const WRITE_TIMEOUT_ENV: &str = "SPIN_SHIM_WRITE_TIMEOUT";
+/// Default write timeout: the header-read and idle timeouts' 30 s. A client reading at any
+/// pace keeps its connection; one that stops reading frees its slot after this.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Env var: how many requests one instance of a WASIp3 component serves before it is
 /// dropped (Spin's and `wasmtime serve`'s `--max-instance-reuse-count`); `1` gives every
 /// request a fresh instance, as for WASIp2 components.
@@ -119,7 +126,7 @@ pub struct Limits {
     pub header_read_timeout: Option<Duration>,
     /// Keep-alive idle timeout; `None` = none.
     pub idle_timeout: Option<Duration>,
-    /// Response write timeout ([`crate::server::WRITE_TIMEOUT_ENV`]); `None` = none.
+    /// Response write timeout ([`WRITE_TIMEOUT_ENV`]); `None` = none.
     pub write_timeout: Option<Duration>,
     /// Connection cap.
     pub max_connections: usize,
@@ -158,7 +165,7 @@ impl Default for Limits {
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             header_read_timeout: Some(DEFAULT_HEADER_READ_TIMEOUT),
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
-            write_timeout: Some(crate::server::DEFAULT_WRITE_TIMEOUT),
+            write_timeout: Some(DEFAULT_WRITE_TIMEOUT),
             max_connections: default_max_connections(),
             reuse: InstanceReuse::default(),
         }
@@ -188,7 +195,7 @@ impl Limits {
             request_timeout: duration(REQUEST_TIMEOUT_ENV, d.request_timeout)?,
             header_read_timeout: duration(HEADER_READ_TIMEOUT_ENV, d.header_read_timeout)?,
             idle_timeout: duration(IDLE_TIMEOUT_ENV, d.idle_timeout)?,
-            write_timeout: duration(crate::server::WRITE_TIMEOUT_ENV, d.write_timeout)?,
+            write_timeout: duration(WRITE_TIMEOUT_ENV, d.write_timeout)?,
             max_connections: count(MAX_CONNECTIONS_ENV, "connections", 1000, d.max_connections)?,
             reuse: InstanceReuse {
                 max_requests: count(

@@ -645,13 +645,7 @@ pub(crate) async fn call_chained(
     }
 }
 
-/// Env var: how long a connection may make no progress writing its response (the client
-/// does not read, or its receive window stays closed) before it is closed. A duration (`30`,
-/// `30s`, `1500ms`, `2m`); `0` disables it.
-pub const WRITE_TIMEOUT_ENV: &str = "SPIN_SHIM_WRITE_TIMEOUT";
-/// Default write timeout: the header-read and idle timeouts' 30 s. A client reading at any
-/// pace keeps its connection; one that stops reading frees its slot after this.
-pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::limits::{DEFAULT_WRITE_TIMEOUT, WRITE_TIMEOUT_ENV};
 
 pin_project_lite::pin_project! {
     /// A connection's socket whose writes fail with `TimedOut` once they have made no
