@@ -1,7 +1,7 @@
 //! The seam between the shim and what runs in its containers.
 //!
 //! A shim binary hands [`crate::run_shim`] one [`Engine`] (e.g. Spin); plain WASI
-//! ([`WasiEngine`]) is built in, and ELF binaries or shebang scripts run natively through
+//! ([`crate::wasi::WasiEngine`]) is built in, and ELF binaries or shebang scripts run natively through
 //! libcontainer's default executor. The engine's [`Engine::name`] names the shim
 //! ([`ShimNames`]): runtime id, per-container state file and state directory.
 //!
@@ -91,11 +91,11 @@ impl Entrypoint<'_> {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `args[0]` resolved as execvp does (see [`crate::executor::resolve`]): the
+    /// `args[0]` resolved as execvp does (see [`resolve`]): the
     /// in-container path, or None when no such file exists.
     pub fn resolve(&self) -> Option<PathBuf> {
         let entry = self.args.first()?;
-        crate::executor::resolve(entry, self.path_env(), self.cwd, self.root)
+        resolve(entry, self.path_env(), self.cwd, self.root)
     }
 
     /// Where in-container path `p` is from here (below [`Entrypoint::root`]).
@@ -161,49 +161,51 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Runs the workload in the container's init process and returns its exit code; the
     /// engine reports its own errors on stderr, and a failure to start or run the workload
-    /// also with [`crate::executor::report_start_failure`] (the container's termination
+    /// also with [`crate::termination::report_start_failure`] (the container's termination
     /// message). The process is single-threaded when this is
     /// called; before any guest code runs (and before starting a thread) the engine must
     /// confine it with [`crate::confine::Confinement::apply`].
     fn run(&self, entry: &Entrypoint) -> i32;
 }
 
-/// The built-in engine: a WASI program (core module with `_start`, or a component
-/// exporting `wasi:cli/run`) named by the entrypoint, a `.wasm` file or a file starting
-/// with the `\0asm` preamble.
-pub struct WasiEngine;
-
-#[async_trait]
-impl Engine for WasiEngine {
-    fn name(&self) -> &'static str {
-        "wasi"
-    }
-
-    fn layer_media_types(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    fn can_handle(&self, entry: &Entrypoint) -> Result<bool, String> {
-        let Some(first) = entry.args.first() else {
-            return Ok(false);
-        };
-        let Some(resolved) = entry.resolve() else {
-            return Ok(false);
-        };
-        if first.ends_with(".wasm") {
-            return Ok(true);
+/// Reads up to `buf.len()` bytes from the start of `path`.
+pub(crate) fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut n = 0;
+    while n < buf.len() {
+        let r = f.read(&mut buf[n..])?;
+        if r == 0 {
+            break;
         }
-        let mut head = [0u8; 4];
-        let n = crate::executor::read_head(&entry.host_path(&resolved), &mut head).unwrap_or(0);
-        Ok(head[..n].starts_with(b"\0asm"))
+        n += r;
     }
+    Ok(n)
+}
 
-    fn run(&self, entry: &Entrypoint) -> i32 {
-        crate::executor::install_termination_handlers();
-        let path = entry
-            .resolve()
-            .unwrap_or_else(|| PathBuf::from(&entry.args[0]));
-        let confinement = crate::confine::Confinement::for_this_process();
-        crate::wasi::run(&path, entry.args, entry.env, &confinement)
+/// Resolves `entry` the way execvp does: a name containing `/` is used as is (relative to
+/// `cwd`), other names are searched in `PATH`, then (for `.wasm` files) in `cwd`.
+/// Returns the in-container path.
+pub(crate) fn resolve(
+    entry: &str,
+    path_env: Option<&str>,
+    cwd: &Path,
+    root: &Path,
+) -> Option<PathBuf> {
+    let in_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let in_cwd = || {
+        let p = cwd.join(entry);
+        in_root(&p).is_file().then_some(p)
+    };
+    if entry.contains('/') {
+        return in_cwd();
     }
+    let path_env =
+        path_env.unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    path_env
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(entry))
+        .find(|p| in_root(p).is_file())
+        .or_else(|| entry.ends_with(".wasm").then(in_cwd).flatten())
 }

@@ -13,6 +13,11 @@ use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 
 use crate::engine::{Engine, Entrypoint};
+use crate::termination::open_termination_log;
+pub use crate::termination::{
+    install_termination_handlers, report_start_failure, termination_message,
+    termination_message_path, DEFAULT_TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_MAX,
+};
 
 /// What a container's entrypoint resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +43,7 @@ pub fn classify(engines: &[Arc<dyn Engine>], entry: &Entrypoint) -> Result<Workl
     })?;
     let host_path = entry.host_path(&resolved);
     let mut head = [0u8; 4];
-    let n = read_head(&host_path, &mut head).map_err(|e| {
+    let n = crate::engine::read_head(&host_path, &mut head).map_err(|e| {
         format!(
             "cannot read entrypoint `{first}` ({}): {e}",
             host_path.display()
@@ -90,48 +95,6 @@ fn native_refusal(spec: &Spec) -> Option<String> {
     ))
 }
 
-/// Reads up to `buf.len()` bytes from the start of `path`.
-pub(crate) fn read_head(path: &Path, buf: &mut [u8]) -> std::io::Result<usize> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut n = 0;
-    while n < buf.len() {
-        let r = f.read(&mut buf[n..])?;
-        if r == 0 {
-            break;
-        }
-        n += r;
-    }
-    Ok(n)
-}
-
-/// Resolves `entry` the way execvp does: a name containing `/` is used as is (relative to
-/// `cwd`), other names are searched in `PATH`, then (for `.wasm` files) in `cwd`.
-/// Returns the in-container path.
-pub(crate) fn resolve(
-    entry: &str,
-    path_env: Option<&str>,
-    cwd: &Path,
-    root: &Path,
-) -> Option<PathBuf> {
-    let in_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
-    let in_cwd = || {
-        let p = cwd.join(entry);
-        in_root(&p).is_file().then_some(p)
-    };
-    if entry.contains('/') {
-        return in_cwd();
-    }
-    let path_env =
-        path_env.unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    path_env
-        .split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| Path::new(d).join(entry))
-        .find(|p| in_root(p).is_file())
-        .or_else(|| entry.ends_with(".wasm").then(in_cwd).flatten())
-}
-
 fn spec_args_env(spec: &Spec) -> (Vec<String>, Vec<(String, String)>) {
     let process = spec.process().as_ref();
     let args = process.and_then(|p| p.args().clone()).unwrap_or_default();
@@ -159,130 +122,6 @@ pub fn spec_memory_limit(spec: &Spec) -> Option<u64> {
         .as_ref()?
         .limit()?;
     u64::try_from(limit).ok().filter(|l| *l > 0)
-}
-
-/// Kubelet's default `terminationMessagePath`.
-pub const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
-
-/// The most kubelet reads from a termination-message file.
-pub const TERMINATION_MESSAGE_MAX: usize = 4096;
-
-/// The container's termination-message file, opened by [`ShimExecutor::exec`] before the
-/// engine confines the process (Landlock denies `/dev` afterwards); taken by the first
-/// [`report_start_failure`].
-static TERMINATION_LOG: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
-
-/// Whether `source` is a file kubelet made for a termination message:
-/// `<kubelet root>/pods/<pod uid>/containers/<container name>/<random id>` (kubelet's
-/// `makeMounts`, `getPodContainerDir`).
-fn is_kubelet_termination_file(source: &Path) -> bool {
-    let parts: Vec<_> = source.components().collect();
-    let n = parts.len();
-    use std::path::Component::Normal;
-    n >= 5
-        && matches!(parts[n - 5], Normal(p) if p == "pods")
-        && matches!(parts[n - 4], Normal(_))
-        && matches!(parts[n - 3], Normal(p) if p == "containers")
-        && matches!(parts[n - 2], Normal(_))
-        && matches!(parts[n - 1], Normal(_))
-}
-
-/// The in-container path of the termination-message file kubelet mounted into `spec`: the
-/// mount at [`DEFAULT_TERMINATION_MESSAGE_PATH`], else a bind mount of a kubelet
-/// termination file (a pod's own `terminationMessagePath`). None outside Kubernetes.
-pub fn termination_message_path(spec: &Spec) -> Option<PathBuf> {
-    let mounts = spec.mounts().as_deref().unwrap_or_default();
-    if let Some(m) = mounts
-        .iter()
-        .find(|m| m.destination() == Path::new(DEFAULT_TERMINATION_MESSAGE_PATH))
-    {
-        return Some(m.destination().clone());
-    }
-    let is_bind = |m: &libcontainer::oci_spec::runtime::Mount| {
-        m.typ().as_deref() == Some("bind")
-            || m.options()
-                .iter()
-                .flatten()
-                .any(|o| o == "bind" || o == "rbind")
-    };
-    mounts
-        .iter()
-        .rev()
-        .find(|m| {
-            is_bind(m)
-                && m.source()
-                    .as_deref()
-                    .is_some_and(is_kubelet_termination_file)
-        })
-        .map(|m| m.destination().clone())
-}
-
-/// `msg` as a termination message: control characters other than newline and tab
-/// escaped (`\u{1b}`), cut on a character boundary to [`TERMINATION_MESSAGE_MAX`] bytes
-/// with a note that the log has the rest.
-pub fn termination_message(msg: &str) -> String {
-    const CUT: &str = " ... (cut; the container log has the whole error)";
-    let mut out = String::with_capacity(msg.len().min(TERMINATION_MESSAGE_MAX));
-    for c in msg.trim_end().chars() {
-        let piece: String = if c.is_control() && c != '\n' && c != '\t' {
-            c.escape_default().collect()
-        } else {
-            c.to_string()
-        };
-        if out.len() + piece.len() > TERMINATION_MESSAGE_MAX - CUT.len() {
-            out.push_str(CUT);
-            return out;
-        }
-        out.push_str(&piece);
-    }
-    out
-}
-
-/// Opens the termination-message file of `spec` (in-container path, so after pivot_root)
-/// for [`report_start_failure`]; a missing or unusable file is logged and ignored (the
-/// container runs regardless). Not following a symlink the image may have put there.
-fn open_termination_log(spec: &Spec) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let Some(path) = termination_message_path(spec) else {
-        return;
-    };
-    let opened = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .and_then(|f| {
-            if f.metadata()?.is_file() {
-                Ok(f)
-            } else {
-                Err(std::io::Error::other("not a regular file"))
-            }
-        });
-    match opened {
-        Ok(f) => *TERMINATION_LOG.lock().unwrap_or_else(|e| e.into_inner()) = Some(f),
-        Err(e) => eprintln!(
-            "warning: termination-message file {} cannot be opened ({e}): a start failure \
-             will be in the container log only",
-            path.display()
-        ),
-    }
-}
-
-/// Writes `msg` (bounded and escaped by [`termination_message`]) to the container's
-/// termination-message file, so that kubelet shows it as the container's termination
-/// message (`kubectl describe pod`, CRI ContainerStatus `message`). Engines call it when
-/// the workload cannot start or fails; only the first call writes. Works after the process
-/// confined itself: the file was opened before.
-pub fn report_start_failure(msg: &str) {
-    use std::os::unix::fs::FileExt;
-    let file = TERMINATION_LOG
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    if let Some(f) = file {
-        if let Err(e) = f.write_all_at(termination_message(msg).as_bytes(), 0) {
-            eprintln!("warning: cannot write the termination message: {e}");
-        }
-    }
 }
 
 /// The shim's libcontainer executor (see the module docs).
@@ -318,21 +157,6 @@ impl ShimExecutor {
         };
         let w = classify(&self.engines, &entry)?;
         Ok((w, args, env))
-    }
-}
-
-/// Makes SIGTERM and SIGINT end the process with 128+signal: PID 1 of a pid namespace
-/// ignores signals it has no handler for.
-pub fn install_termination_handlers() {
-    extern "C" fn on_signal(sig: libc::c_int) {
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(128 + sig) }
-    }
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: installing a handler that only calls _exit.
-        unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
-        }
     }
 }
 
@@ -382,7 +206,7 @@ impl Executor for ShimExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::WasiEngine;
+    use crate::wasi::WasiEngine;
 
     /// Classifies `a` with the built-in WASI engine only, `r` as the container root.
     pub(crate) fn classify_in(

@@ -45,14 +45,16 @@ pub mod service;
 pub mod shim;
 pub mod state;
 pub mod stdio;
+pub mod termination;
 pub mod untrusted;
 pub mod wasi;
 pub mod zygote;
 
 use std::sync::{Arc, OnceLock};
 
-use engine::{Engine, ShimNames, WasiEngine};
+use engine::{Engine, ShimNames};
 pub use executor::ShimExecutor;
+use wasi::WasiEngine;
 
 /// The names and engines of this shim process, set once by [`run_shim`].
 struct ShimSetup {

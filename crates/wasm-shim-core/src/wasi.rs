@@ -94,7 +94,7 @@ pub fn run(
         Ok(code) => code,
         Err(e) => {
             eprintln!("Error: {} failed: {e:?}", path.display());
-            crate::executor::report_start_failure(&format!("{} failed: {e:#}", path.display()));
+            crate::termination::report_start_failure(&format!("{} failed: {e:#}", path.display()));
             TRAP_EXIT_CODE
         }
     }
@@ -203,6 +203,46 @@ pub fn run_inner(
             }
             None => Err(e),
         },
+    }
+}
+
+/// The built-in engine: a WASI program (core module with `_start`, or a component
+/// exporting `wasi:cli/run`) named by the entrypoint, a `.wasm` file or a file starting
+/// with the `\0asm` preamble.
+pub struct WasiEngine;
+
+#[async_trait::async_trait]
+impl crate::engine::Engine for WasiEngine {
+    fn name(&self) -> &'static str {
+        "wasi"
+    }
+
+    fn layer_media_types(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    fn can_handle(&self, entry: &crate::engine::Entrypoint) -> Result<bool, String> {
+        let Some(first) = entry.args.first() else {
+            return Ok(false);
+        };
+        let Some(resolved) = entry.resolve() else {
+            return Ok(false);
+        };
+        if first.ends_with(".wasm") {
+            return Ok(true);
+        }
+        let mut head = [0u8; 4];
+        let n = crate::engine::read_head(&entry.host_path(&resolved), &mut head).unwrap_or(0);
+        Ok(head[..n].starts_with(b"\0asm"))
+    }
+
+    fn run(&self, entry: &crate::engine::Entrypoint) -> i32 {
+        crate::termination::install_termination_handlers();
+        let path = entry
+            .resolve()
+            .unwrap_or_else(|| PathBuf::from(&entry.args[0]));
+        let confinement = crate::confine::Confinement::for_this_process();
+        run(&path, entry.args, entry.env, &confinement)
     }
 }
 
