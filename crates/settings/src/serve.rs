@@ -1,0 +1,61 @@
+//! `spin-serve`'s settings: the container runtime's ([`crate::container`]) and its own, all
+//! from its process environment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::container::ContainerSettings;
+use crate::parse::Reader;
+use crate::{Role, SettingError};
+
+/// spin-serve's cache of downloaded URL sources.
+pub const SOURCE_CACHE_DIR: &str = "SPIN_SERVE_SOURCE_CACHE_DIR";
+
+/// spin-serve's settings, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeSettings {
+    /// What the runtime reads, as in a container.
+    pub runtime: ContainerSettings,
+    /// [`SOURCE_CACHE_DIR`]; `None`: under `$XDG_CACHE_HOME`, `~/.cache` or the temp dir.
+    pub source_cache_dir: Option<PathBuf>,
+    /// [`crate::shim::DOWNLOAD_TIMEOUT_SECS`].
+    pub download_timeout: Duration,
+    /// [`crate::shim::MAX_DOWNLOAD_BYTES`].
+    pub max_download_bytes: u64,
+}
+
+impl ServeSettings {
+    /// Reads and checks every setting of spin-serve in `env` (its environment as a list).
+    pub fn from_env(env: &[(String, String)]) -> Result<Self, SettingError> {
+        let r = Reader {
+            env,
+            role: Role::Serve,
+        };
+        Ok(ServeSettings {
+            runtime: ContainerSettings::read(&r)?,
+            source_cache_dir: r.path(SOURCE_CACHE_DIR),
+            download_timeout: r.positive_secs(crate::shim::DOWNLOAD_TIMEOUT_SECS, 300)?,
+            max_download_bytes: r.number(
+                crate::shim::MAX_DOWNLOAD_BYTES,
+                0,
+                256 << 20,
+                256 << 20,
+            )?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_spin_serve_as_the_source() {
+        let env = vec![(crate::container::POOLING.to_string(), "no".to_string())];
+        let msg = ServeSettings::from_env(&env).unwrap_err().to_string();
+        assert!(msg.contains("spin-serve's environment"), "{msg}");
+        let s = ServeSettings::from_env(&[]).unwrap();
+        assert_eq!(s.download_timeout, Duration::from_secs(300));
+        assert_eq!(s.source_cache_dir, None);
+    }
+}
