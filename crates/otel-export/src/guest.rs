@@ -1,9 +1,16 @@
 //! Telemetry that guests produce themselves through `wasi:otel` (Spin 3.6+): their finished
 //! spans go to the same span processor (and so the same OTLP exporter and batches) as the
 //! runtime's own spans, their log records to the same log exporter. Each does nothing while
-//! its signal is off, as Spin's `spin-factor-otel` does.
+//! its signal is off, as Spin's `spin-factor-otel` does. Their metrics are sent to the
+//! metrics endpoint as they are ([`export_metrics`]).
+//!
+//! While a guest span is open, spans the runtime starts under the host span the guest
+//! started it in (host calls, outbound HTTP) are exported as children of the innermost open
+//! guest span of the same trace ([`span_started`], [`span_ended`]), as Spin's
+//! `reparent_tracing_span` does.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::logs::{Logger as _, LoggerProvider as _};
@@ -16,6 +23,90 @@ use opentelemetry_sdk::Resource;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::ParentContext;
+
+pub use crate::push::{enabled as metrics_enabled, export as export_metrics};
+
+/// A guest span that is open: the host span it was started under, and its own context.
+struct Open {
+    host: opentelemetry::trace::SpanId,
+    guest: opentelemetry::trace::SpanContext,
+}
+
+/// Open guest spans, oldest first; [`OPEN_COUNT`] mirrors its length so the span path
+/// checks one atomic while no guest span is open.
+static OPEN: Mutex<Vec<Open>> = Mutex::new(Vec::new());
+static OPEN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// At most this many guest spans are remembered as open (a guest that starts spans and
+/// never ends them cannot grow the list without bound); the oldest go first.
+const MAX_OPEN: usize = 4096;
+
+fn with_open<T>(f: impl FnOnce(&mut Vec<Open>) -> T) -> T {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let r = f(&mut open);
+    OPEN_COUNT.store(open.len(), Ordering::Relaxed);
+    r
+}
+
+/// A guest started span `guest` (`wasi:otel/tracing.on-start`) under the current span (or
+/// `fallback`, as [`outer_span_context`]): until it ends, spans started under that host span
+/// in the same trace are exported as its children. Nothing when traces are off.
+pub fn span_started(fallback: Option<&ParentContext>, guest: opentelemetry::trace::SpanContext) {
+    if !crate::enabled() {
+        return;
+    }
+    let host = outer_span_context(fallback);
+    if !host.is_valid() || host.trace_id() != guest.trace_id() {
+        return;
+    }
+    with_open(|open| {
+        if open.len() >= MAX_OPEN {
+            open.remove(0);
+        }
+        open.push(Open {
+            host: host.span_id(),
+            guest,
+        });
+    });
+}
+
+/// A guest ended span `guest` (`wasi:otel/tracing.on-end`).
+pub fn span_ended(guest: opentelemetry::trace::SpanId) {
+    if OPEN_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    with_open(|open| open.retain(|o| o.guest.span_id() != guest));
+}
+
+/// A runtime span ended: guest spans still open under it are forgotten (the guest can no
+/// longer make host calls under it).
+pub(crate) fn host_span_ended(host: opentelemetry::trace::SpanId) {
+    if OPEN_COUNT.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    with_open(|open| open.retain(|o| o.host != host));
+}
+
+/// The innermost open guest span started under the span of `parent` (the parent of a span
+/// being started), in the same trace.
+pub(crate) fn innermost_open(
+    parent: &opentelemetry::Context,
+) -> Option<opentelemetry::trace::SpanId> {
+    if OPEN_COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let span = parent.span();
+    let sc = span.span_context();
+    if !sc.is_valid() {
+        return None;
+    }
+    with_open(|open| {
+        open.iter()
+            .rev()
+            .find(|o| o.host == sc.span_id() && o.guest.trace_id() == sc.trace_id())
+            .map(|o| o.guest.span_id())
+    })
+}
 
 /// The processor of the runtime's spans, shared with guests' spans.
 static SPANS: OnceLock<Arc<dyn SpanProcessor>> = OnceLock::new();

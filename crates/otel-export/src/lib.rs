@@ -20,7 +20,13 @@
 //!   app's standard output and error as log records with its `component_id` ([`app_log`]).
 //! - Export runs on a one-thread tokio runtime of its own, so callers need no runtime and
 //!   the request path never waits for the collector.
-//! - Guests' own spans and log records (`wasi:otel`) join the same exports ([`guest`]).
+//! - Guests' own spans and log records (`wasi:otel`) join the same exports ([`guest`]); their
+//!   metrics go to the same metrics endpoint ([`guest::export_metrics`]). A span the runtime
+//!   starts under a request span while a guest span of that request is open (a host call,
+//!   outbound HTTP) is exported as a child of the innermost open guest span, as in Spin.
+//! - Spin 3.6's per-component histograms `spin.component_cpu_time`,
+//!   `spin.component_memory_used_on_init` and `spin.component_memory_used`
+//!   ([`record_component_usage`]).
 //! - Spans named [`HOST_CALL_SPAN`] (wasmtime's `bindgen!` `tracing` spans of host imports)
 //!   are exported as client spans named `<interface>/<function>`; their call and return
 //!   events, which carry arguments and results (secrets, for variables), are never exported.
@@ -28,11 +34,13 @@
 
 mod config;
 pub mod guest;
+mod push;
 mod transport;
 
 /// The OpenTelemetry API and SDK this crate exports with, for callers that build spans and
 /// log records themselves ([`guest`]).
 pub use opentelemetry;
+pub use opentelemetry_proto;
 pub use opentelemetry_sdk;
 
 pub use config::{OtlpConfig, Protocol, Signal, Tls};
@@ -44,7 +52,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use opentelemetry::logs::{LogRecord as _, Logger as _, LoggerProvider as _};
-use opentelemetry::metrics::{Counter, MeterProvider as _};
+use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry::KeyValue;
@@ -140,12 +148,31 @@ fn bare_function(f: &str) -> &str {
     }
 }
 
+/// Attribute that carries, from a span's start to its end, the guest span it belongs under
+/// (never exported).
+const GUEST_PARENT: &str = "spin.guest_parent";
+
 impl<P: SpanProcessor> SpanProcessor for HostCallNames<P> {
     fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
+        if let Some(guest) = guest::innermost_open(cx) {
+            use opentelemetry::trace::Span as _;
+            span.set_attribute(KeyValue::new(GUEST_PARENT, format!("{guest:016x}")));
+        }
         self.0.on_start(span, cx)
     }
 
     fn on_end(&self, mut span: SpanData) {
+        if let Some(i) = span
+            .attributes
+            .iter()
+            .position(|a| a.key.as_str() == GUEST_PARENT)
+        {
+            let guest = span.attributes.remove(i);
+            if let Ok(id) = opentelemetry::trace::SpanId::from_hex(&guest.value.as_str()) {
+                span.parent_span_id = id;
+            }
+        }
+        guest::host_span_ended(span.span_context.span_id());
         if span.name == HOST_CALL_SPAN {
             let attr = |k: &str| {
                 span.attributes
@@ -444,6 +471,9 @@ pub fn start_metrics_and_logs(get: &dyn Fn(&str) -> Option<String>, default_serv
                 let _ = METRICS.set(provider);
                 METRICS_ON.store(true, Ordering::Relaxed);
                 note(true, exported_to(&c));
+                if let Err(e) = push::install(&c) {
+                    note(false, format!("guests' metrics (wasi:otel) are off: {e:#}"));
+                }
             }
             Ok(None) => {}
             Err(e) => note(false, format!("OpenTelemetry metrics are off: {e:#}")),
@@ -560,6 +590,76 @@ pub fn count_llm_infer(model_name: &str) {
     if let Some(c) = counter(&C, "spin.llm_infer") {
         c.add(1, &[KeyValue::new("model_name", model_name.to_string())]);
     }
+}
+
+/// Bucket bounds of `spin.component_cpu_time` (seconds: 0.1 ms to 10 s).
+pub const CPU_TIME_BOUNDS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Bucket bounds of the memory histograms (bytes: 64 KiB to 4 GiB, by fours).
+pub const MEMORY_BOUNDS: [f64; 9] = [
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+    4294967296.0,
+];
+
+/// Records what one component instance used, when it ends, as Spin 3.6's executor does on
+/// dropping an instance: the histograms `spin.component_cpu_time` (seconds),
+/// `spin.component_memory_used_on_init` and `spin.component_memory_used` (bytes), each with
+/// the attributes `component_id` and `unit` (`s` or `By`), Spin's names and attributes.
+/// `cpu_seconds` is `None` when the instance's CPU time was not measured. Does nothing when
+/// metrics are off.
+pub fn record_component_usage(
+    component_id: &str,
+    cpu_seconds: Option<f64>,
+    memory_on_init: u64,
+    memory_used: u64,
+) {
+    struct Usage {
+        cpu: Histogram<f64>,
+        on_init: Histogram<u64>,
+        used: Histogram<u64>,
+    }
+    static H: OnceLock<Usage> = OnceLock::new();
+    if !metrics_enabled() {
+        return;
+    }
+    let Some(provider) = METRICS.get() else {
+        return;
+    };
+    let h = H.get_or_init(|| {
+        let meter = provider.meter("spin");
+        let bytes = |name: &'static str| {
+            meter
+                .u64_histogram(name)
+                .with_boundaries(MEMORY_BOUNDS.to_vec())
+                .build()
+        };
+        Usage {
+            cpu: meter
+                .f64_histogram("spin.component_cpu_time")
+                .with_boundaries(CPU_TIME_BOUNDS.to_vec())
+                .build(),
+            on_init: bytes("spin.component_memory_used_on_init"),
+            used: bytes("spin.component_memory_used"),
+        }
+    });
+    let id = KeyValue::new("component_id", component_id.to_string());
+    let seconds = [id.clone(), KeyValue::new("unit", "s")];
+    let bytes = [id, KeyValue::new("unit", "By")];
+    if let Some(cpu) = cpu_seconds {
+        h.cpu.record(cpu, &seconds);
+    }
+    h.on_init.record(memory_on_init, &bytes);
+    h.used.record(memory_used, &bytes);
 }
 
 /// The first 50 bytes of non-UTF-8 output, escaped (as Spin exports it).

@@ -352,12 +352,29 @@ pub fn default_instance_memory(container_limit: u64) -> usize {
 pub struct MemoryLimiter {
     max: Option<usize>,
     refused: Option<usize>,
+    usage: Option<std::sync::Arc<crate::metrics::InstanceUsage>>,
 }
 
 impl MemoryLimiter {
     /// A limiter capping each linear memory at `max` bytes (`None` = no cap).
     pub fn new(max: Option<usize>) -> Self {
-        MemoryLimiter { max, refused: None }
+        MemoryLimiter {
+            max,
+            refused: None,
+            usage: None,
+        }
+    }
+
+    /// Also accounts the instance's memory and CPU time to component `component`'s usage
+    /// metrics, when they are recorded ([`crate::metrics::InstanceUsage`]).
+    pub fn with_usage(mut self, component: &str) -> Self {
+        self.usage = crate::metrics::InstanceUsage::start(component);
+        self
+    }
+
+    /// The instance's usage account, for [`crate::metrics::cpu_timed`].
+    pub fn usage(&self) -> Option<std::sync::Arc<crate::metrics::InstanceUsage>> {
+        self.usage.clone()
     }
 
     /// The size a refused growth asked for, if one was refused.
@@ -374,7 +391,7 @@ impl MemoryLimiter {
 impl wasmtime::ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -384,7 +401,11 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
                 return Ok(false);
             }
         }
-        Ok(maximum.is_none_or(|m| desired <= m))
+        let allowed = maximum.is_none_or(|m| desired <= m);
+        if let (true, Some(u)) = (allowed, &self.usage) {
+            u.memory_grew(current, desired);
+        }
+        Ok(allowed)
     }
 
     fn table_growing(

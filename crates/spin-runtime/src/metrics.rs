@@ -4,13 +4,25 @@
 //! - `spin_http_request_duration_seconds{component,route}` (histogram, 0.5 ms to ~16 s);
 //! - `spin_http_requests_in_flight`;
 //! - `spin_component_instantiations_total{component}`, `spin_component_traps_total{component}`;
-//! - `spin_compile_cache_total{result="hit"|"miss"}` (components loaded at start).
+//! - `spin_compile_cache_total{result="hit"|"miss"}` (components loaded at start);
+//! - Spin 3.6's per-component histograms, named as an OpenTelemetry collector's Prometheus
+//!   exporter names Spin's OTLP ones: `spin_component_cpu_time{component_id,unit="s"}`,
+//!   `spin_component_memory_used_on_init{component_id,unit="By"}` and
+//!   `spin_component_memory_used{component_id,unit="By"}`, one observation per component
+//!   instance when it ends ([`InstanceUsage`]).
 //!
 //! Every series carries `app` (the app name). Without the variable nothing is recorded
 //! (the request path checks one `Option`).
+//!
+//! [`InstanceUsage`] also feeds the same histograms to OTLP when metrics are exported there
+//! ([`otel_export::record_component_usage`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context as TaskContext, Poll};
 
 use anyhow::Context;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -46,6 +58,13 @@ struct CacheLabels {
     result: &'static str,
 }
 
+/// Labels of Spin's per-component histograms (its OTLP attributes).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UsageLabels {
+    component_id: String,
+    unit: &'static str,
+}
+
 /// The app's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -55,6 +74,9 @@ pub struct Metrics {
     instantiations: Family<ComponentLabels, Counter>,
     traps: Family<ComponentLabels, Counter>,
     cache: Family<CacheLabels, Counter>,
+    cpu_time: Family<UsageLabels, Histogram>,
+    memory_on_init: Family<UsageLabels, Histogram>,
+    memory_used: Family<UsageLabels, Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -115,6 +137,29 @@ impl Metrics {
             "Components loaded at start, from the compile cache (hit) or compiled (miss)",
             cache.clone(),
         );
+        let cpu_time = Family::<UsageLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(otel_export::CPU_TIME_BOUNDS.iter().copied())
+        });
+        registry.register(
+            "spin_component_cpu_time",
+            "CPU time of each component instance, in seconds (Spin's spin.component_cpu_time)",
+            cpu_time.clone(),
+        );
+        let bytes = || Histogram::new(otel_export::MEMORY_BOUNDS.iter().copied());
+        let memory_on_init = Family::<UsageLabels, Histogram>::new_with_constructor(bytes);
+        registry.register(
+            "spin_component_memory_used_on_init",
+            "Linear memory of each component instance once instantiated, in bytes \
+             (Spin's spin.component_memory_used_on_init)",
+            memory_on_init.clone(),
+        );
+        let memory_used = Family::<UsageLabels, Histogram>::new_with_constructor(bytes);
+        registry.register(
+            "spin_component_memory_used",
+            "Linear memory of each component instance when it ended, in bytes \
+             (Spin's spin.component_memory_used)",
+            memory_used.clone(),
+        );
         Arc::new(Metrics {
             registry: root,
             requests,
@@ -123,6 +168,9 @@ impl Metrics {
             instantiations,
             traps,
             cache,
+            cpu_time,
+            memory_on_init,
+            memory_used,
         })
     }
 
@@ -177,6 +225,24 @@ impl Metrics {
             .inc();
     }
 
+    /// One component instance ended having used `cpu_seconds` (`None`: not measured) and the
+    /// memory given.
+    fn instance_ended(&self, component: &str, cpu_seconds: Option<f64>, on_init: u64, used: u64) {
+        let labels = |unit| UsageLabels {
+            component_id: component.to_string(),
+            unit,
+        };
+        if let Some(cpu) = cpu_seconds {
+            self.cpu_time.get_or_create(&labels("s")).observe(cpu);
+        }
+        self.memory_on_init
+            .get_or_create(&labels("By"))
+            .observe(on_init as f64);
+        self.memory_used
+            .get_or_create(&labels("By"))
+            .observe(used as f64);
+    }
+
     /// The text exposition of every series.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -186,13 +252,128 @@ impl Metrics {
     }
 }
 
-/// Serves `metrics` at `GET /metrics` on `addr` until the process ends.
+/// The registry that per-component usage goes to: the first one served in this process
+/// (a process serves one app).
+static USAGE_SINK: OnceLock<Arc<Metrics>> = OnceLock::new();
+
+/// What one component instance uses, as Spin 3.6 measures it: CPU time running the guest
+/// ([`cpu_timed`]), its linear memory once instantiated and at its end (the store's memory
+/// limiter reports every growth: [`InstanceUsage::memory_grew`]). Recorded when the instance
+/// and the future that ran it are both gone, to OTLP (when metrics are exported) and to the
+/// Prometheus endpoint (when served).
+#[derive(Debug)]
+pub struct InstanceUsage {
+    component: Box<str>,
+    cpu_nanos: AtomicU64,
+    /// Whether a guest future was timed ([`cpu_timed`]): a reused WASIp3 instance runs in
+    /// wasmtime-wasi-http's worker, which is not, and reports no CPU time.
+    timed: AtomicBool,
+    on_init: AtomicU64,
+    used: AtomicU64,
+}
+
+impl InstanceUsage {
+    /// An account for one instance of component `component`, or `None` when neither OTLP
+    /// metrics nor the Prometheus endpoint would record it (the default: no cost).
+    pub fn start(component: &str) -> Option<Arc<InstanceUsage>> {
+        if !otel_export::metrics_enabled() && USAGE_SINK.get().is_none() {
+            return None;
+        }
+        Some(Arc::new(InstanceUsage {
+            component: component.into(),
+            cpu_nanos: AtomicU64::new(0),
+            timed: AtomicBool::new(false),
+            on_init: AtomicU64::new(0),
+            used: AtomicU64::new(0),
+        }))
+    }
+
+    /// A linear memory grew from `current` to `desired` bytes. Growth from 0 is a memory
+    /// being created, which instantiation does: it counts toward the memory used on init.
+    pub fn memory_grew(&self, current: usize, desired: usize) {
+        let delta = desired.saturating_sub(current) as u64;
+        self.used.fetch_add(delta, Ordering::Relaxed);
+        if current == 0 {
+            self.on_init.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    /// CPU time counted so far.
+    pub fn cpu_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for InstanceUsage {
+    fn drop(&mut self) {
+        let cpu = (*self.timed.get_mut()).then(|| self.cpu_time().as_secs_f64());
+        let on_init = *self.on_init.get_mut();
+        let used = *self.used.get_mut();
+        otel_export::record_component_usage(&self.component, cpu, on_init, used);
+        if let Some(m) = USAGE_SINK.get() {
+            m.instance_ended(&self.component, cpu, on_init, used);
+        }
+    }
+}
+
+/// This thread's CPU time in nanoseconds.
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to; this clock exists on every Linux.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+pin_project_lite::pin_project! {
+    /// A guest's future whose polls are timed ([`cpu_timed`]).
+    pub struct CpuTimed<F> {
+        #[pin]
+        fut: F,
+        usage: Option<Arc<InstanceUsage>>,
+    }
+}
+
+/// Runs `fut` (the future that drives a guest) adding the thread CPU time of each of its
+/// polls to `usage`: the guest's code and the host work done inline on its behalf, not the
+/// time it waits. Each poll runs on one thread, so the per-thread clock is exact even when
+/// the task moves between threads. With `None` it only polls `fut`.
+pub fn cpu_timed<F: Future>(usage: Option<Arc<InstanceUsage>>, fut: F) -> CpuTimed<F> {
+    CpuTimed { fut, usage }
+}
+
+impl<F: Future> Future for CpuTimed<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let Some(usage) = this.usage.as_ref() else {
+            return this.fut.poll(cx);
+        };
+        let start = thread_cpu_nanos();
+        let r = this.fut.poll(cx);
+        let spent = thread_cpu_nanos().saturating_sub(start);
+        usage.cpu_nanos.fetch_add(spent, Ordering::Relaxed);
+        usage.timed.store(true, Ordering::Relaxed);
+        r
+    }
+}
+
+/// Serves `metrics` at `GET /metrics` on `addr` until the process ends. The first registry
+/// served also receives the process's per-component usage ([`InstanceUsage`]).
 pub async fn serve(metrics: Arc<Metrics>, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
     use http_body_util::Full;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} ({METRICS_ADDR_ENV})"))?;
     let local = listener.local_addr()?;
+    let _ = USAGE_SINK.set(metrics.clone());
     tracing::info!("metrics on http://{local}/metrics");
     tokio::spawn(async move {
         loop {

@@ -312,6 +312,7 @@ where
     let deadline = app.limits.request_timeout;
     let id = component.id.clone();
     let metrics = app.metrics.clone();
+    let usage = store.data().limits.usage();
     let guest = Box::pin(async move {
         let end = {
             let run = async {
@@ -338,7 +339,7 @@ where
                     }
                 }
             };
-            within(deadline, run).await
+            within(deadline, crate::metrics::cpu_timed(usage, run)).await
         };
         task_end(end, &store.data().limits, &id, deadline, metrics.as_deref())
     });

@@ -258,6 +258,7 @@ where
     let env = cgi_env(&parts, body.len());
     let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(MAX_BODY_BYTES);
     let mut store = app.new_cgi_store(component, &args, &env, body, stdout.clone())?;
+    let usage = store.data().limits.usage();
     let run = async {
         let command = pre.command.instantiate_async(&mut store).await?;
         if let Some(m) = &app.metrics {
@@ -265,7 +266,7 @@ where
         }
         command.wasi_cli_run().call_run(&mut store).await
     };
-    let ended = match within_deadline(app, id, run).await {
+    let ended = match within_deadline(app, id, crate::metrics::cpu_timed(usage, run)).await {
         Ok(r) => r,
         Err(answer) => return Ok(answer),
     };

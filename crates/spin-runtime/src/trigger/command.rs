@@ -62,10 +62,11 @@ impl Command {
     pub(crate) async fn run(self, app: Arc<LoadedApp>) -> anyhow::Result<i32> {
         tracing::info!(trigger = %self.trigger, args = ?&self.args[1..], "running command");
         let mut store = app.new_store_with(&self.component, &self.args, true)?;
-        let result = async {
+        let usage = store.data().limits.usage();
+        let result = crate::metrics::cpu_timed(usage, async {
             let command = self.pre.instantiate_async(&mut store).await?;
             command.wasi_cli_run().call_run(&mut store).await
-        }
+        })
         .await;
         let code = match result {
             Ok(Ok(())) => 0,
