@@ -20,8 +20,7 @@
 
 pub mod app;
 mod app_log;
-pub mod compile_cache;
-pub mod componentize;
+pub mod engine;
 pub mod host;
 pub mod limits;
 pub mod metrics;
@@ -30,9 +29,11 @@ pub mod runtime;
 pub mod server;
 pub mod spin1;
 mod state;
-pub mod tier;
 pub mod trigger;
 pub mod wasi_rc;
+
+// Engine and compilation under their paths from before they moved into `engine/`.
+pub use engine::{compile_cache, componentize, tier};
 
 // The HTTP server's modules under their paths from before they moved into `server/`.
 pub use server::{chain, inbound_tls, middleware, routing, wagi};
@@ -366,7 +367,7 @@ async fn run_triggers_on(
         None
     };
     let loaded = Arc::new(loaded);
-    tier::start(&loaded);
+    runtime::start_tier_up(&loaded);
     trigger::run(loaded, config, listener, args, on_ready, shutdown).await
 }
 
