@@ -1,25 +1,14 @@
 //! Per-request store data and the context host features are built from.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
 
 use tracing::Instrument as _;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
-use crate::host::{self, HostState};
-
-/// Where the app runs: what host features need beyond the app model.
-#[derive(Debug, Clone, Default)]
-pub struct HostContext {
-    /// The app's root directory (`/` inside a container): `/.spin/` and
-    /// `/runtime-config.toml` are found relative to it.
-    pub app_dir: PathBuf,
-    /// The container's (or the process's) environment, for variable values.
-    pub env: HashMap<String, String>,
-}
+pub use crate::host::HostContext;
+use crate::host::{self, HostState, HostView};
 
 /// The data of one `Store`: one component instance serving one request (or, for a reused
 /// WASIp3 instance, several: [`crate::reuse`]).
@@ -37,6 +26,12 @@ pub struct InstanceState {
     /// The time slice the store's epoch callback checks; restarted when a reused instance
     /// takes its next request.
     pub slice: std::sync::Arc<crate::limits::TimeSlice>,
+}
+
+impl HostView for InstanceState {
+    fn host(&mut self) -> &mut HostState {
+        &mut self.host
+    }
 }
 
 impl WasiView for InstanceState {
@@ -101,7 +96,7 @@ impl WasiHttpHooks for HostState {
             }
             v => v,
         };
-        let tls = host::client_tls_for(self, request.uri());
+        let tls = self.features.client_tls.for_https(request.uri());
         let policy = self.network_policy().clone();
         let component = self.component_id().to_string();
         Box::new(

@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use spin_runtime::app::Variable;
-use spin_runtime::host::kv::{self, KvStores, RuntimeConfig, SqliteStore, StoreDefinition};
+use spin_runtime::host::kv::{self, KvStores, SqliteStore, StoreDefinition};
 use spin_runtime::host::outbound::{AllowedHost, AllowedHosts};
 use spin_runtime::host::variables::{self, ValueSource};
+use spin_runtime::host::RuntimeConfig;
 
 fn allows(pattern: &str, uri: &str) -> bool {
     let hosts = AllowedHosts::parse("c", &[pattern.to_string()], |s| Ok(s.to_string()))
@@ -282,14 +283,11 @@ fn runtime_config_parses_stores_relative_to_its_dir() {
     "#;
     let rc = RuntimeConfig::parse(text, Path::new("/app"), "rc.toml").unwrap();
     assert_eq!(
-        rc.key_value_stores["default"],
+        rc.key_value["default"],
         StoreDefinition::Sqlite(Some("/app/data/kv.db".into()))
     );
-    assert_eq!(rc.key_value_stores["mem"], StoreDefinition::Sqlite(None));
-    assert!(matches!(
-        rc.key_value_stores["cache"],
-        StoreDefinition::Redis(_)
-    ));
+    assert_eq!(rc.key_value["mem"], StoreDefinition::Sqlite(None));
+    assert!(matches!(rc.key_value["cache"], StoreDefinition::Redis(_)));
 
     let err = RuntimeConfig::parse(
         "[key_value_store.x]\ntype = \"mongodb\"\n",
@@ -313,7 +311,7 @@ fn kv_stores_default_location_undefined_labels_and_redis() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join(".spin");
     let used = BTreeSet::from(["default".to_string()]);
-    let stores = KvStores::open_with(&used, &state, &RuntimeConfig::default(), |l, d| {
+    let stores = KvStores::open_with(&used, &state, &Default::default(), |l, d| {
         kv::open_definition(l, d).map(std::sync::Arc::new)
     })
     .unwrap();
@@ -325,7 +323,7 @@ fn kv_stores_default_location_undefined_labels_and_redis() {
     assert!(state.join(kv::DEFAULT_STORE_FILE).is_file());
 
     let used = BTreeSet::from(["other".to_string()]);
-    let err = KvStores::open_with(&used, &state, &RuntimeConfig::default(), |l, d| {
+    let err = KvStores::open_with(&used, &state, &Default::default(), |l, d| {
         kv::open_definition(l, d).map(std::sync::Arc::new)
     })
     .unwrap_err()

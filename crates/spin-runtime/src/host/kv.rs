@@ -86,172 +86,224 @@ impl StoreDefinition {
     }
 }
 
-/// The sections of a runtime config file this runtime reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimeConfig {
-    /// Store definitions by label (`[key_value_store.<label>]`).
-    pub key_value_stores: BTreeMap<String, StoreDefinition>,
-    /// SQLite database definitions by label (`[sqlite_database.<label>]`, see
-    /// [`super::sqlite`]).
-    pub sqlite_databases: BTreeMap<String, super::sqlite::DatabaseDefinition>,
-    /// Where LLM inference runs (`[llm_compute]`, see [`super::llm`]).
-    pub llm_compute: super::llm::LlmCompute,
-    /// `[[variables_provider]]` entries, in order (see [`super::variables::Provider`]).
-    pub variables_providers: Vec<super::variables::Provider>,
-    /// `[[client_tls]]` entries (see [`super::tls`]).
-    pub client_tls: Vec<super::tls::ClientTls>,
-    /// `[outbound_networking]` and `[outbound_*]` limits (see [`super::network_policy`]).
-    pub network_policy: super::network_policy::PolicyConfig,
+/// The key-value host feature: `[key_value_store.<label>]`, the stores a component lists
+/// (`key_value_stores`, opened once per process and database), and the guest interfaces
+/// `fermyon:spin/key-value@2.0.0`, `wasi:keyvalue` and Spin 4's `spin:key-value@3.0.0`
+/// (linked on [`HostState`], which holds the guest's handles).
+pub struct KeyValue;
+
+/// The app's store definitions and where its default store lives.
+pub struct KvApp {
+    definitions: BTreeMap<String, StoreDefinition>,
+    state_dir: PathBuf,
+    app_dir: PathBuf,
 }
 
-impl RuntimeConfig {
-    /// Reads a runtime config file (a regular file of at most 4 MiB); relative store
-    /// paths resolve against its directory.
-    pub fn load(path: &Path) -> anyhow::Result<Self> {
-        use spin_app_format::untrusted::{read_regular, MAX_DOCUMENT_BYTES};
-        let text = String::from_utf8(read_regular(path, MAX_DOCUMENT_BYTES, "runtime config")?)
-            .with_context(|| format!("runtime config {} is not UTF-8 text", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("/"));
-        Self::parse(&text, base, &path.display().to_string())
+/// The stores one component may open.
+#[derive(Clone, Default)]
+pub struct ComponentStores {
+    component_id: Arc<str>,
+    labels: Arc<BTreeSet<String>>,
+    stores: Arc<KvStores>,
+}
+
+impl super::HostFeature for KeyValue {
+    const SECTIONS: &'static [&'static str] = &["key_value_store"];
+    type Config = BTreeMap<String, StoreDefinition>;
+    type App = KvApp;
+    type Instance = ComponentStores;
+
+    fn parse(
+        source: &super::runtime_config::Source<'_>,
+    ) -> anyhow::Result<BTreeMap<String, StoreDefinition>> {
+        match source.take("key_value_store") {
+            Some(v) => parse_runtime_config(v, source.base_dir(), source.origin()),
+            None => Ok(BTreeMap::new()),
+        }
     }
 
-    /// Parses runtime config text; `origin` names the source in errors.
-    pub fn parse(text: &str, base_dir: &Path, origin: &str) -> anyhow::Result<Self> {
-        let doc: toml::Table = toml::from_str(text).map_err(|e| {
-            let e = spin_app_format::untrusted::toml_error(&e, text);
-            anyhow::anyhow!("{origin}: invalid TOML: {e}")
-        })?;
-        let mut config = RuntimeConfig::default();
-        for (section, value) in &doc {
-            match section.as_str() {
-                "sqlite_database" => {
-                    config.sqlite_databases =
-                        super::sqlite::parse_runtime_config(value, base_dir, origin)?;
-                    continue;
-                }
-                "llm_compute" => {
-                    config.llm_compute = super::llm::parse_runtime_config(value, origin)?;
-                    continue;
-                }
-                "client_tls" => {
-                    config.client_tls = super::tls::parse_runtime_config(value, base_dir, origin)?;
-                    continue;
-                }
-                s if super::network_policy::SECTIONS.contains(&s) => {
-                    super::network_policy::parse_section(
-                        &mut config.network_policy,
-                        s,
-                        value,
-                        origin,
-                    )?;
-                    continue;
-                }
-                "variables_provider" | "config_provider" => {
-                    config
-                        .variables_providers
-                        .extend(super::variables::parse_providers(
-                            value, section, base_dir, origin,
-                        )?);
-                    continue;
-                }
-                _ => {}
-            }
-            if section != "key_value_store" {
-                tracing::warn!(
-                    "{origin}: section `{}` is not used by this runtime and is ignored",
-                    spin_app_format::untrusted::shown(section)
-                );
-                continue;
-            }
-            let stores = value.as_table().with_context(|| {
-                format!("{origin}: `key_value_store` must be a table of [key_value_store.<label>]")
-            })?;
-            for (label, def) in stores {
-                let key = format!("key_value_store.{label}");
-                let def = def
-                    .as_table()
-                    .with_context(|| format!("{origin}: `{key}` must be a table"))?;
-                let kind = def.get("type").and_then(|t| t.as_str()).with_context(|| {
-                    format!("{origin}: `{key}.type` is missing (use type = \"spin\")")
-                })?;
-                let str_field = |name: &str| -> anyhow::Result<Option<&str>> {
-                    match def.get(name) {
-                        None => Ok(None),
-                        Some(v) => v
-                            .as_str()
-                            .map(Some)
-                            .with_context(|| format!("{origin}: `{key}.{name}` must be a string")),
-                    }
-                };
-                let store = match kind {
-                    "spin" => StoreDefinition::Sqlite(str_field("path")?.map(|p| base_dir.join(p))),
-                    "redis" => StoreDefinition::Redis(
-                        str_field("url")?
-                            .with_context(|| format!("{origin}: `{key}.url` is missing"))?
-                            .to_string(),
-                    ),
-                    "aws_dynamo" => {
-                        let required = |name: &str| -> anyhow::Result<String> {
-                            Ok(str_field(name)?
-                                .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
-                                .to_string())
-                        };
-                        let consistent_read = match def.get("consistent_read") {
-                            None => false,
-                            Some(v) => v.as_bool().with_context(|| {
-                                format!("{origin}: `{key}.consistent_read` must be true or false")
-                            })?,
-                        };
-                        let credentials = match (str_field("access_key")?, str_field("secret_key")?)
-                        {
-                            (Some(a), Some(s)) => Some((
-                                a.to_string(),
-                                s.to_string(),
-                                str_field("token")?.map(str::to_string),
-                            )),
-                            (None, None) => None,
-                            _ => anyhow::bail!(
-                                "{origin}: `{key}` has only one of `access_key` and `secret_key`: \
-                                 give both, or neither to use the environment's AWS credentials"
-                            ),
-                        };
-                        StoreDefinition::Dynamo(DynamoDefinition {
-                            table: required("table")?,
-                            region: required("region")?,
-                            consistent_read,
-                            credentials,
-                        })
-                    }
-                    "azure_cosmos" => {
-                        let required = |name: &str| -> anyhow::Result<String> {
-                            Ok(str_field(name)?
-                                .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
-                                .to_string())
-                        };
-                        let secret = str_field("key")?.with_context(|| {
-                            format!(
-                                "{origin}: `{key}.key` is missing: this runtime reaches Cosmos DB \
-                                 with the account's key only (no Microsoft Entra ID credentials)"
-                            )
-                        })?;
-                        StoreDefinition::Cosmos(CosmosDefinition {
-                            key: secret.to_string(),
-                            account: required("account")?,
-                            database: required("database")?,
-                            container: required("container")?,
-                            endpoint: str_field("endpoint")?.map(str::to_string),
-                        })
-                    }
-                    other => anyhow::bail!(
-                        "{origin}: `{key}.type` = \"{other}\" is not supported; use \"spin\" \
-                         (SQLite), \"redis\", \"aws_dynamo\" or \"azure_cosmos\""
-                    ),
-                };
-                config.key_value_stores.insert(label.clone(), store);
-            }
-        }
-        Ok(config)
+    fn build(
+        config: &BTreeMap<String, StoreDefinition>,
+        cx: &super::AppContext<'_>,
+    ) -> anyhow::Result<KvApp> {
+        Ok(KvApp {
+            definitions: config.clone(),
+            state_dir: cx.state_dir.clone(),
+            app_dir: cx.host.app_dir.clone(),
+        })
     }
+
+    fn instance(app: &KvApp, cx: &super::ComponentContext<'_>) -> anyhow::Result<ComponentStores> {
+        let component = cx.component;
+        let labels: BTreeSet<String> = component.key_value_stores.iter().cloned().collect();
+        let stores = if labels.is_empty() {
+            KvStores::default()
+        } else {
+            open_shared_stores(&labels, &app.state_dir, &app.definitions, &app.app_dir)
+                .with_context(|| format!("component `{}`", component.id))?
+        };
+        Ok(ComponentStores {
+            component_id: component.id.as_str().into(),
+            labels: Arc::new(labels),
+            stores: Arc::new(stores),
+        })
+    }
+}
+
+/// Stores already open in this process, so that every component using a database shares
+/// one connection (and in-memory stores are shared at all).
+type StoreKey = (PathBuf, String);
+fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, std::sync::Weak<KvStore>>> {
+    static REGISTRY: std::sync::OnceLock<Mutex<HashMap<StoreKey, std::sync::Weak<KvStore>>>> =
+        std::sync::OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+fn open_shared_stores(
+    labels: &BTreeSet<String>,
+    state_dir: &Path,
+    definitions: &BTreeMap<String, StoreDefinition>,
+    app_dir: &Path,
+) -> anyhow::Result<KvStores> {
+    let mut registry = open_stores_registry()
+        .lock()
+        .map_err(|_| anyhow::anyhow!("key-value store registry is unusable"))?;
+    registry.retain(|_, weak| weak.strong_count() > 0);
+    KvStores::open_with(labels, state_dir, definitions, |label, def| {
+        // In-memory stores are identified by the app they belong to.
+        let key_path = def.shared_key().unwrap_or_else(|| app_dir.join(":memory:"));
+        let key = (key_path, label.to_string());
+        if let Some(store) = registry.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(store);
+        }
+        let store = Arc::new(open_definition(label, def)?);
+        registry.insert(key, Arc::downgrade(&store));
+        Ok(store)
+    })
+}
+
+/// The keys of each store type's section (Spin ignores others; they are logged here).
+fn store_keys(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "spin" => &["type", "path"],
+        "redis" => &["type", "url"],
+        "aws_dynamo" => &[
+            "type",
+            "table",
+            "region",
+            "consistent_read",
+            "access_key",
+            "secret_key",
+            "token",
+        ],
+        "azure_cosmos" => &[
+            "type",
+            "key",
+            "account",
+            "database",
+            "container",
+            "endpoint",
+        ],
+        _ => &[],
+    }
+}
+
+/// Parses the `key_value_store` section of a runtime config; relative store paths resolve
+/// against `base_dir` (the runtime config file's directory).
+pub fn parse_runtime_config(
+    value: &toml::Value,
+    base_dir: &Path,
+    origin: &str,
+) -> anyhow::Result<BTreeMap<String, StoreDefinition>> {
+    let mut out = BTreeMap::new();
+    let stores = value.as_table().with_context(|| {
+        format!("{origin}: `key_value_store` must be a table of [key_value_store.<label>]")
+    })?;
+    for (label, def) in stores {
+        let key = format!("key_value_store.{label}");
+        let def = def
+            .as_table()
+            .with_context(|| format!("{origin}: `{key}` must be a table"))?;
+        let kind = def
+            .get("type")
+            .and_then(|t| t.as_str())
+            .with_context(|| format!("{origin}: `{key}.type` is missing (use type = \"spin\")"))?;
+        let str_field = |name: &str| -> anyhow::Result<Option<&str>> {
+            match def.get(name) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_str()
+                    .map(Some)
+                    .with_context(|| format!("{origin}: `{key}.{name}` must be a string")),
+            }
+        };
+        let store = match kind {
+            "spin" => StoreDefinition::Sqlite(str_field("path")?.map(|p| base_dir.join(p))),
+            "redis" => StoreDefinition::Redis(
+                str_field("url")?
+                    .with_context(|| format!("{origin}: `{key}.url` is missing"))?
+                    .to_string(),
+            ),
+            "aws_dynamo" => {
+                let required = |name: &str| -> anyhow::Result<String> {
+                    Ok(str_field(name)?
+                        .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
+                        .to_string())
+                };
+                let consistent_read = match def.get("consistent_read") {
+                    None => false,
+                    Some(v) => v.as_bool().with_context(|| {
+                        format!("{origin}: `{key}.consistent_read` must be true or false")
+                    })?,
+                };
+                let credentials = match (str_field("access_key")?, str_field("secret_key")?) {
+                    (Some(a), Some(s)) => Some((
+                        a.to_string(),
+                        s.to_string(),
+                        str_field("token")?.map(str::to_string),
+                    )),
+                    (None, None) => None,
+                    _ => anyhow::bail!(
+                        "{origin}: `{key}` has only one of `access_key` and `secret_key`: \
+                             give both, or neither to use the environment's AWS credentials"
+                    ),
+                };
+                StoreDefinition::Dynamo(DynamoDefinition {
+                    table: required("table")?,
+                    region: required("region")?,
+                    consistent_read,
+                    credentials,
+                })
+            }
+            "azure_cosmos" => {
+                let required = |name: &str| -> anyhow::Result<String> {
+                    Ok(str_field(name)?
+                        .with_context(|| format!("{origin}: `{key}.{name}` is missing"))?
+                        .to_string())
+                };
+                let secret = str_field("key")?.with_context(|| {
+                    format!(
+                        "{origin}: `{key}.key` is missing: this runtime reaches Cosmos DB \
+                             with the account's key only (no Microsoft Entra ID credentials)"
+                    )
+                })?;
+                StoreDefinition::Cosmos(CosmosDefinition {
+                    key: secret.to_string(),
+                    account: required("account")?,
+                    database: required("database")?,
+                    container: required("container")?,
+                    endpoint: str_field("endpoint")?.map(str::to_string),
+                })
+            }
+            other => anyhow::bail!(
+                "{origin}: `{key}.type` = \"{other}\" is not supported; use \"spin\" \
+                     (SQLite), \"redis\", \"aws_dynamo\" or \"azure_cosmos\""
+            ),
+        };
+        super::runtime_config::warn_unknown_keys(def, store_keys(kind), &key, origin);
+        out.insert(label.clone(), store);
+    }
+    Ok(out)
 }
 
 /// An open SQLite-backed store.
@@ -442,17 +494,17 @@ pub struct KvStores {
 
 impl KvStores {
     /// Opens every store label in `used` (a component's `key_value_stores`) with `open`.
-    /// `default` is SQLite in `state_dir` unless `runtime` redefines it; any other label
-    /// must be declared in the runtime config.
+    /// `default` is SQLite in `state_dir` unless `definitions` (the runtime config's)
+    /// redefines it; any other label must be declared in the runtime config.
     pub fn open_with(
         used: &BTreeSet<String>,
         state_dir: &Path,
-        runtime: &RuntimeConfig,
+        definitions: &BTreeMap<String, StoreDefinition>,
         mut open: impl FnMut(&str, &StoreDefinition) -> anyhow::Result<Arc<KvStore>>,
     ) -> anyhow::Result<Self> {
         let mut stores = HashMap::new();
         for label in used {
-            let def = match runtime.key_value_stores.get(label) {
+            let def = match definitions.get(label) {
                 Some(def) => def.clone(),
                 None if label == "default" => {
                     StoreDefinition::Sqlite(Some(state_dir.join(DEFAULT_STORE_FILE)))
@@ -669,21 +721,21 @@ pub struct Cas {
 
 impl HostState {
     fn open_store(&mut self, label: &str) -> Result<Arc<KvStore>, OpenError> {
-        if !self.component.key_value_stores.contains(label) {
+        let own = &self.features.key_value;
+        if !own.labels.contains(label) {
             tracing::warn!(
                 "component `{}` tried to open key-value store `{label}`, which is not in its \
                  key_value_stores {:?}",
-                self.component.id,
-                self.component.key_value_stores
+                own.component_id,
+                own.labels
             );
             return Err(OpenError::AccessDenied);
         }
         if self.open_stores >= MAX_OPEN_STORES {
             return Err(OpenError::TableFull);
         }
-        let store = self
-            .component
-            .kv
+        let store = own
+            .stores
             .get(label)
             .cloned()
             .ok_or(OpenError::NoSuchStore)?;

@@ -26,8 +26,10 @@
 //! # api_type = "open_ai"
 //! ```
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -35,7 +37,7 @@ use http_body_util::{BodyExt, Full};
 
 use super::bindings::fermyon::spin2_0_0::llm as v2;
 use super::sqlite::MAX_RESULT_BYTES;
-use super::HostState;
+use super::HostFeature;
 
 /// The message of Spin built without a local LLM engine.
 pub const NO_LOCAL_ENGINE: &str = "Local LLM operations are not supported in this version of Spin.";
@@ -67,11 +69,62 @@ pub enum LlmApi {
     OpenAi,
 }
 
+/// The LLM host feature: `[llm_compute]` and `fermyon:spin/llm@2.0.0`.
+pub struct Llm;
+
+/// What one component's instances may use: its `ai_models` and the app's service.
+#[derive(Clone)]
+pub struct ComponentLlm {
+    models: Arc<BTreeSet<String>>,
+    compute: Arc<LlmCompute>,
+}
+
+impl HostFeature for Llm {
+    const SECTIONS: &'static [&'static str] = &["llm_compute"];
+    type Config = LlmCompute;
+    type App = Arc<LlmCompute>;
+    type Instance = ComponentLlm;
+
+    fn parse(source: &super::runtime_config::Source<'_>) -> anyhow::Result<LlmCompute> {
+        match source.take("llm_compute") {
+            Some(v) => parse_runtime_config(v, source.origin()),
+            None => Ok(LlmCompute::None),
+        }
+    }
+
+    fn build(config: &LlmCompute, _: &super::AppContext<'_>) -> anyhow::Result<Arc<LlmCompute>> {
+        Ok(Arc::new(config.clone()))
+    }
+
+    fn instance(
+        app: &Arc<LlmCompute>,
+        cx: &super::ComponentContext<'_>,
+    ) -> anyhow::Result<ComponentLlm> {
+        Ok(ComponentLlm {
+            models: Arc::new(cx.component.ai_models.iter().cloned().collect()),
+            compute: app.clone(),
+        })
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentLlm,
+    ) -> anyhow::Result<()> {
+        Ok(v2::add_to_linker::<T, wasmtime::component::HasSelf<ComponentLlm>>(linker, get)?)
+    }
+}
+
 /// Parses the `[llm_compute]` section of a runtime config.
 pub fn parse_runtime_config(section: &toml::Value, origin: &str) -> anyhow::Result<LlmCompute> {
     let table = section
         .as_table()
         .with_context(|| format!("{origin}: `llm_compute` must be a table"))?;
+    super::runtime_config::warn_unknown_keys(
+        table,
+        &["type", "url", "auth_token", "api_type"],
+        "llm_compute",
+        origin,
+    );
     let str_field = |name: &str| -> anyhow::Result<Option<&str>> {
         match table.get(name) {
             None => Ok(None),
@@ -274,14 +327,14 @@ fn open_ai_answer<T: serde::de::DeserializeOwned>(
     }
 }
 
-impl v2::Host for HostState {
+impl v2::Host for ComponentLlm {
     async fn infer(
         &mut self,
         model: String,
         prompt: String,
         params: Option<v2::InferencingParams>,
     ) -> wasmtime::Result<Result<v2::InferencingResult, v2::Error>> {
-        if !self.component.ai_models.contains(&model) {
+        if !self.models.contains(&model) {
             return Ok(Err(access_denied(&model)));
         }
         otel_export::count_llm_infer(&model);
@@ -289,7 +342,7 @@ impl v2::Host for HostState {
             url,
             auth_token,
             api,
-        } = &self.component.llm
+        } = &*self.compute
         else {
             return Ok(Err(v2::Error::RuntimeError(NO_LOCAL_ENGINE.into())));
         };
@@ -364,14 +417,14 @@ impl v2::Host for HostState {
         model: String,
         text: Vec<String>,
     ) -> wasmtime::Result<Result<v2::EmbeddingsResult, v2::Error>> {
-        if !self.component.ai_models.contains(&model) {
+        if !self.models.contains(&model) {
             return Ok(Err(access_denied(&model)));
         }
         let LlmCompute::RemoteHttp {
             url,
             auth_token,
             api,
-        } = &self.component.llm
+        } = &*self.compute
         else {
             return Ok(Err(v2::Error::RuntimeError(NO_LOCAL_ENGINE.into())));
         };

@@ -128,6 +128,7 @@ macro_rules! host_resource {
 }
 
 pub mod aws_json;
+pub mod feature;
 pub mod kv;
 pub mod llm;
 pub mod mqtt;
@@ -137,24 +138,24 @@ pub mod otel;
 pub mod outbound;
 pub mod pg;
 pub mod redis;
+pub mod runtime_config;
 pub mod secret_stores;
 pub mod sqlite;
 pub mod tls;
 pub mod variables;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
-use wasmtime::component::{HasSelf, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
 
 use crate::app::{App, Component};
-use crate::{HostContext, InstanceState};
-use kv::{KvStore, KvStores, RuntimeConfig};
+use crate::InstanceState;
+pub use feature::{AppContext, ComponentContext, HostContext, HostFeature, HostView};
 use outbound::AllowedHosts;
-use variables::ComponentValue;
 
 /// Bindings generated from the spin-sdk WIT for the world in `wit/host.wit`.
 #[allow(missing_docs, clippy::all)]
@@ -214,34 +215,158 @@ pub const STATE_DIR_ENV: &str = "SPIN_STATE_DIR";
 /// Default: `<app dir>/runtime-config.toml` when it exists.
 pub const RUNTIME_CONFIG_ENV: &str = "SPIN_RUNTIME_CONFIG_FILE";
 
-/// Everything a component's instances share: resolved variables, allow-list, stores.
+/// Declares the host features from one list of `field: Feature` ([`HostFeature`]) pairs:
+/// [`RuntimeConfig`] (one typed field per feature), [`FeatureApps`] (per app) and
+/// [`Features`] (per instance), and their parsing, building and linking in list order.
+macro_rules! host_features {
+    ($($field:ident: $feature:ty),* $(,)?) => {
+        /// The runtime config, parsed: each host feature's sections, typed.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct RuntimeConfig {
+            $(
+                #[doc = concat!("The sections of [`", stringify!($feature), "`].")]
+                pub $field: <$feature as HostFeature>::Config,
+            )*
+        }
+
+        impl RuntimeConfig {
+            /// Every top-level key a host feature reads.
+            pub fn sections() -> Vec<&'static str> {
+                let mut all = Vec::new();
+                $(all.extend_from_slice(<$feature as HostFeature>::SECTIONS);)*
+                all
+            }
+
+            fn from_source(source: &runtime_config::Source<'_>) -> anyhow::Result<Self> {
+                Ok(RuntimeConfig {
+                    $($field: <$feature as HostFeature>::parse(source)?,)*
+                })
+            }
+        }
+
+        /// Every host feature's per-app state.
+        pub struct FeatureApps {
+            $(
+                #[doc = concat!("[`", stringify!($feature), "`]'s.")]
+                pub $field: <$feature as HostFeature>::App,
+            )*
+        }
+
+        impl FeatureApps {
+            fn build(config: &RuntimeConfig, cx: &AppContext<'_>) -> anyhow::Result<Self> {
+                Ok(FeatureApps {
+                    $($field: <$feature as HostFeature>::build(&config.$field, cx)?,)*
+                })
+            }
+        }
+
+        /// Every host feature's state in one instance.
+        #[derive(Clone)]
+        pub struct Features {
+            $(
+                #[doc = concat!("[`", stringify!($feature), "`]'s.")]
+                pub $field: <$feature as HostFeature>::Instance,
+            )*
+        }
+
+        impl Features {
+            fn new(apps: &FeatureApps, cx: &ComponentContext<'_>) -> anyhow::Result<Self> {
+                Ok(Features {
+                    $($field: <$feature as HostFeature>::instance(&apps.$field, cx)?,)*
+                })
+            }
+
+            fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> {
+                $(<$feature as HostFeature>::add_to_linker(
+                    linker,
+                    |t: &mut T| &mut t.host().features.$field,
+                )?;)*
+                Ok(())
+            }
+        }
+    };
+}
+
+host_features! {
+    variables: variables::Variables,
+    key_value: kv::KeyValue,
+    sqlite: sqlite::Sqlite,
+    llm: llm::Llm,
+    client_tls: tls::ClientTlsFeature,
+    network: network_policy::Network,
+}
+
+impl RuntimeConfig {
+    /// Reads a runtime config file (a regular file of at most 4 MiB); relative paths
+    /// resolve against its directory.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = runtime_config::read_file(path)?;
+        let base = path.parent().unwrap_or(Path::new("/"));
+        Self::parse(&text, base, &path.display().to_string())
+    }
+
+    /// Parses runtime config text; `origin` names the source in errors. A top-level key no
+    /// feature reads is an error, as in Spin ([`runtime_config::Source::finish`]).
+    pub fn parse(text: &str, base_dir: &Path, origin: &str) -> anyhow::Result<Self> {
+        let doc = runtime_config::parse_document(text, origin)?;
+        let source = runtime_config::Source::new(&doc, base_dir, origin);
+        let config = Self::from_source(&source)?;
+        source.finish(&Self::sections())?;
+        Ok(config)
+    }
+}
+
+/// Every host feature's per-app state, built once per app from the runtime config (read
+/// once, here).
+pub struct AppHost {
+    features: FeatureApps,
+}
+
+impl AppHost {
+    /// Reads the app's runtime config ([`RUNTIME_CONFIG_ENV`], else
+    /// `<app dir>/runtime-config.toml` when it exists) and builds every feature's per-app
+    /// state: application variables are resolved here (a required one without a value
+    /// fails naming it).
+    pub fn new(app: &App, ctx: &HostContext) -> anyhow::Result<Self> {
+        let config = load_runtime_config(ctx)?;
+        Self::with_config(&config, app, ctx)
+    }
+
+    /// [`Self::new`] with an already parsed runtime config.
+    pub fn with_config(
+        config: &RuntimeConfig,
+        app: &App,
+        ctx: &HostContext,
+    ) -> anyhow::Result<Self> {
+        let cx = AppContext {
+            app,
+            host: ctx,
+            state_dir: state_dir(ctx),
+        };
+        Ok(AppHost {
+            features: FeatureApps::build(config, &cx)?,
+        })
+    }
+
+    /// Every application variable, resolved (runtime-config providers > container env
+    /// `NAME` > `SPIN_VARIABLE_NAME` > default), for settings outside components such as
+    /// trigger addresses.
+    pub fn variables(&self) -> &BTreeMap<String, variables::Resolved> {
+        &self.features.variables.resolved
+    }
+}
+
+/// What a component's instances share beyond the features: its id and allow-list.
 pub struct ComponentHost {
     id: String,
-    variables: HashMap<String, ComponentValue>,
     allowed_hosts: AllowedHosts,
-    key_value_stores: BTreeSet<String>,
-    kv: KvStores,
-    sqlite: sqlite::Databases,
-    ai_models: BTreeSet<String>,
-    llm: llm::LlmCompute,
-    /// The runtime config's `[[client_tls]]` entries naming this component.
-    tls: Vec<tls::ClientTls>,
-    /// The app's outbound limits (`[outbound_networking]`, `[outbound_*]`).
-    network: Arc<network_policy::NetworkPolicy>,
 }
 
 impl fmt::Debug for ComponentHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Values are left out: some may come from secret variables.
-        let mut keys: Vec<&String> = self.variables.keys().collect();
-        keys.sort();
         f.debug_struct("ComponentHost")
             .field("id", &self.id)
-            .field("variables", &keys)
             .field("allowed_hosts", &self.allowed_hosts)
-            .field("key_value_stores", &self.key_value_stores)
-            .field("sqlite", &self.sqlite)
-            .field("ai_models", &self.ai_models)
             .finish()
     }
 }
@@ -249,6 +374,8 @@ impl fmt::Debug for ComponentHost {
 /// Host-feature state of one component instance (cloned per request).
 pub struct HostState {
     component: Arc<ComponentHost>,
+    /// Every host feature's state in this instance ([`host_features!`]).
+    pub features: Features,
     /// Guest handles of open stores, buckets and CAS handles. Behind a `Mutex` only so
     /// that the prepared (never used) state of a component is `Sync`; access goes through
     /// `get_mut`, which never locks.
@@ -273,6 +400,7 @@ impl Clone for HostState {
     fn clone(&self) -> Self {
         HostState {
             component: self.component.clone(),
+            features: self.features.clone(),
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
@@ -291,104 +419,32 @@ impl fmt::Debug for HostState {
     }
 }
 
-impl Default for HostState {
-    /// A component with no variables, no stores and no outbound access.
-    fn default() -> Self {
-        HostState {
-            component: Arc::new(ComponentHost {
-                id: String::new(),
-                variables: HashMap::new(),
-                allowed_hosts: AllowedHosts::default(),
-                key_value_stores: BTreeSet::new(),
-                kv: KvStores::default(),
-                sqlite: sqlite::Databases::default(),
-                ai_models: BTreeSet::new(),
-                llm: llm::LlmCompute::None,
-                tls: Vec::new(),
-                network: Default::default(),
-            }),
-            table: Mutex::new(ResourceTable::new()),
-            open_stores: 0,
-            open_connections: 0,
-            chain: Default::default(),
-            request_trace: None,
-        }
-    }
-}
-
-/// Every application variable resolved as components see them (runtime-config providers >
-/// container env `NAME` > `SPIN_VARIABLE_NAME` > default), for settings outside components
-/// such as trigger addresses.
-pub(crate) fn resolve_app_variables(
-    app: &App,
-    ctx: &HostContext,
-) -> anyhow::Result<std::collections::BTreeMap<String, variables::Resolved>> {
-    let runtime = load_runtime_config(ctx)?;
-    variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)
-}
-
 impl HostState {
-    /// Builds the state for `component` of `app`; `ctx` gives the container env and app
-    /// directory.
+    /// Builds the state for `component` from the app's per-app state `app` (built once per
+    /// app by [`AppHost::new`]).
     ///
-    /// Resolves every application variable (runtime-config providers > container env
-    /// `NAME` > `SPIN_VARIABLE_NAME` > default; a required one without a value is an error
-    /// naming it), expands the
-    /// component's variable templates and `allowed_outbound_hosts`, and opens the key-value
-    /// stores the component lists (shared with other components of the process that use
-    /// the same database).
-    pub fn new(component: &Component, app: &App, ctx: &HostContext) -> anyhow::Result<Self> {
-        let runtime = load_runtime_config(ctx)?;
-        let resolved =
-            variables::resolve_with(&app.variables, &ctx.env, &runtime.variables_providers)?;
-        let values = variables::component_values(&component.id, &component.variables, &resolved)?;
+    /// Expands the component's `allowed_outbound_hosts` and builds each feature's state
+    /// (e.g. the component's variable templates expanded, the key-value stores and SQLite
+    /// databases it lists opened: an undefined one fails naming it).
+    pub fn new(component: &Component, app: &AppHost) -> anyhow::Result<Self> {
+        let resolved = app.variables();
         let allowed_hosts =
             AllowedHosts::parse(&component.id, &component.allowed_outbound_hosts, |entry| {
                 variables::render_template(entry, |name| {
                     resolved.get(name).map(|r| r.value.clone())
                 })
             })?;
-
-        let key_value_stores: BTreeSet<String> =
-            component.key_value_stores.iter().cloned().collect();
-        let sqlite_databases: BTreeSet<String> =
-            component.sqlite_databases.iter().cloned().collect();
-        let ai_models: BTreeSet<String> = component.ai_models.iter().cloned().collect();
-        let state_dir = state_dir(ctx);
-        let kv = if key_value_stores.is_empty() {
-            KvStores::default()
-        } else {
-            open_shared_stores(&key_value_stores, &state_dir, &runtime, &ctx.app_dir)
-                .with_context(|| format!("component `{}`", component.id))?
+        let cx = ComponentContext {
+            component,
+            variables: resolved,
         };
-        let sqlite = sqlite::Databases::open(
-            &component.id,
-            &sqlite_databases,
-            &runtime.sqlite_databases,
-            &state_dir,
-            &ctx.app_dir,
-        )?;
+        let features = Features::new(&app.features, &cx)?;
         Ok(HostState {
             component: Arc::new(ComponentHost {
                 id: component.id.clone(),
-                variables: values,
                 allowed_hosts,
-                key_value_stores,
-                kv,
-                sqlite,
-                ai_models,
-                llm: runtime.llm_compute.clone(),
-                tls: runtime
-                    .client_tls
-                    .iter()
-                    .filter(|t| t.components.iter().any(|c| c == &component.id))
-                    .cloned()
-                    .collect(),
-                network: network_policy::NetworkPolicy::for_app(
-                    &ctx.app_dir,
-                    &runtime.network_policy,
-                ),
             }),
+            features,
             table: Mutex::new(ResourceTable::new()),
             open_stores: 0,
             open_connections: 0,
@@ -472,7 +528,7 @@ impl HostState {
 
     /// The app's outbound limits.
     pub fn network_policy(&self) -> &Arc<network_policy::NetworkPolicy> {
-        &self.component.network
+        &self.features.network
     }
 }
 
@@ -497,37 +553,6 @@ fn load_runtime_config(ctx: &HostContext) -> anyhow::Result<RuntimeConfig> {
     } else {
         Ok(RuntimeConfig::default())
     }
-}
-
-/// Stores already open in this process, so that every component using a database shares
-/// one connection (and in-memory stores are shared at all).
-type StoreKey = (PathBuf, String);
-fn open_stores_registry() -> &'static Mutex<HashMap<StoreKey, Weak<KvStore>>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<StoreKey, Weak<KvStore>>>> = OnceLock::new();
-    REGISTRY.get_or_init(Default::default)
-}
-
-fn open_shared_stores(
-    labels: &BTreeSet<String>,
-    state_dir: &Path,
-    runtime: &RuntimeConfig,
-    app_dir: &Path,
-) -> anyhow::Result<KvStores> {
-    let mut registry = open_stores_registry()
-        .lock()
-        .map_err(|_| anyhow::anyhow!("key-value store registry is unusable"))?;
-    registry.retain(|_, weak| weak.strong_count() > 0);
-    KvStores::open_with(labels, state_dir, runtime, |label, def| {
-        // In-memory stores are identified by the app they belong to.
-        let key_path = def.shared_key().unwrap_or_else(|| app_dir.join(":memory:"));
-        let key = (key_path, label.to_string());
-        if let Some(store) = registry.get(&key).and_then(Weak::upgrade) {
-            return Ok(store);
-        }
-        let store = Arc::new(kv::open_definition(label, def)?);
-        registry.insert(key, Arc::downgrade(&store));
-        Ok(store)
-    })
 }
 
 /// A concurrent host function's access to the store.
@@ -595,22 +620,19 @@ pub fn add_spin4_to_linker(
     Ok(())
 }
 
-/// Adds every interface of [`HOST_INTERFACES`] to the linker.
-pub fn add_to_linker(
-    linker: &mut wasmtime::component::Linker<InstanceState>,
-) -> anyhow::Result<()> {
-    fn host(state: &mut InstanceState) -> &mut HostState {
-        &mut state.host
+/// Adds every interface of [`HOST_INTERFACES`] to the linker: the features of
+/// [`host_features!`] on their own instance state, the others on [`HostState`].
+pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> {
+    fn host<T: HostView>(state: &mut T) -> &mut HostState {
+        state.host()
     }
-    use bindings::fermyon::spin::config;
     use bindings::fermyon::spin2_0_0 as v2;
     use bindings::spin::postgres3_0_0::postgres as pg3;
     use bindings::spin::postgres4_0_0::postgres as pg4;
     use bindings::spin::sqlite::sqlite as sqlite3;
-    use bindings::wasi::config::store as wasi_config;
     use bindings::wasi::keyvalue::{atomics, batch, store};
     type H = HasSelf<HostState>;
-    v2::variables::add_to_linker::<_, H>(linker, host)?;
+    Features::add_to_linker(linker)?;
     v2::key_value::add_to_linker::<_, H>(linker, host)?;
     v2::sqlite::add_to_linker::<_, H>(linker, host)?;
     v2::redis::add_to_linker::<_, H>(linker, host)?;
@@ -618,16 +640,13 @@ pub fn add_to_linker(
     v2::postgres::add_to_linker::<_, H>(linker, host)?;
     v2::mysql::add_to_linker::<_, H>(linker, host)?;
     v2::mqtt::add_to_linker::<_, H>(linker, host)?;
-    v2::llm::add_to_linker::<_, H>(linker, host)?;
-    config::add_to_linker::<_, H>(linker, host)?;
     pg3::add_to_linker::<_, H>(linker, host)?;
     pg4::add_to_linker::<_, H>(linker, host)?;
     sqlite3::add_to_linker::<_, H>(linker, host)?;
-    wasi_config::add_to_linker::<_, H>(linker, host)?;
     store::add_to_linker::<_, H>(linker, host)?;
     batch::add_to_linker::<_, H>(linker, host)?;
     atomics::add_to_linker::<_, H>(linker, host)?;
-    otel::add_to_linker(linker)?;
+    otel::add_to_linker(linker, host)?;
     Ok(())
 }
 
@@ -765,23 +784,6 @@ pub fn link_error(
         list.join(", "),
         crate::p3::SPIN4_INTERFACES.join(", ")
     ))
-}
-
-/// The client config for an HTTPS request to `uri`: the runtime config's `[[client_tls]]`
-/// entry for this component and host, else the default trust store ([`tls::trust_store`]).
-pub fn client_tls_for(state: &HostState, uri: &http::Uri) -> Option<Arc<rustls::ClientConfig>> {
-    if uri.scheme_str() != Some("https") {
-        return None;
-    }
-    let host = uri.host()?;
-    let port = uri.port_u16().unwrap_or(443);
-    state
-        .component
-        .tls
-        .iter()
-        .find(|t| t.covers(host, port))
-        .map(|t| t.config.clone())
-        .or_else(|| Some(tls::trust_store().http.clone()))
 }
 
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.

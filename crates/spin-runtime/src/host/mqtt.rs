@@ -150,7 +150,7 @@ fn open(
         return Err(refused());
     }
     let tls = matches!(options.transport(), rumqttc::Transport::Tls(_)).then(|| {
-        let tls = super::tls::data_tls_for(&h.component.tls, &host, port);
+        let tls = super::tls::data_tls_for(h.features.client_tls.entries(), &host, port);
         rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(tls.config))
     });
     let prepared = Prepared {

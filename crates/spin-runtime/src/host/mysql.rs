@@ -215,7 +215,8 @@ impl HostState {
         if !tls {
             return Ok(opts);
         }
-        let tls = super::tls::data_tls_for(&self.component.tls, &host, opts.tcp_port());
+        let tls =
+            super::tls::data_tls_for(self.features.client_tls.entries(), &host, opts.tcp_port());
         Ok(mysql_async::OptsBuilder::from_opts(opts)
             .ssl_opts(Some(ssl_opts(&tls)))
             .into())

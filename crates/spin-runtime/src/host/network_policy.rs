@@ -54,6 +54,42 @@ pub const SECTIONS: &[&str] = &[
     "outbound_mqtt",
 ];
 
+/// The outbound-networking host feature: the `[outbound_networking]` and `[outbound_*]`
+/// limits, one [`NetworkPolicy`] per app shared by every component and instance. It links no
+/// guest interface: the outbound interfaces ask the instance's policy.
+pub struct Network;
+
+impl super::HostFeature for Network {
+    const SECTIONS: &'static [&'static str] = SECTIONS;
+    type Config = PolicyConfig;
+    type App = Arc<NetworkPolicy>;
+    type Instance = Arc<NetworkPolicy>;
+
+    fn parse(source: &super::runtime_config::Source<'_>) -> anyhow::Result<PolicyConfig> {
+        let mut config = PolicyConfig::default();
+        for section in SECTIONS {
+            if let Some(value) = source.take(section) {
+                parse_section(&mut config, section, value, source.origin())?;
+            }
+        }
+        Ok(config)
+    }
+
+    fn build(
+        config: &PolicyConfig,
+        cx: &super::AppContext<'_>,
+    ) -> anyhow::Result<Arc<NetworkPolicy>> {
+        Ok(NetworkPolicy::for_app(&cx.host.app_dir, config))
+    }
+
+    fn instance(
+        app: &Arc<NetworkPolicy>,
+        _: &super::ComponentContext<'_>,
+    ) -> anyhow::Result<Arc<NetworkPolicy>> {
+        Ok(app.clone())
+    }
+}
+
 /// The outbound interface a connection belongs to (its `[outbound_<kind>]` section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

@@ -17,7 +17,6 @@ use otel_export::opentelemetry_sdk as sdk;
 use wasmtime::component::{HasSelf, Linker};
 
 use super::HostState;
-use crate::InstanceState;
 
 mod bindings {
     macro_rules! otel_bindgen {
@@ -47,11 +46,12 @@ pub const INTERFACES: &[&str] = &[
     "wasi:otel/metrics@0.2.0-rc.2",
 ];
 
-/// Adds `wasi:otel@0.2.0-rc.2`'s interfaces to `linker`.
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
-    fn host(state: &mut InstanceState) -> &mut HostState {
-        &mut state.host
-    }
+/// Adds `wasi:otel@0.2.0-rc.2`'s interfaces to `linker`; `host` reaches the instance's
+/// [`HostState`].
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    host: fn(&mut T) -> &mut HostState,
+) -> anyhow::Result<()> {
     type H = HasSelf<HostState>;
     types::add_to_linker::<_, H>(linker, host)?;
     wtrace::add_to_linker::<_, H>(linker, host)?;

@@ -136,7 +136,7 @@ impl HostState {
             _ => String::new(),
         };
         let port = config.get_ports().first().copied().unwrap_or(5432);
-        let mut tls = super::tls::data_tls_for(&self.component.tls, &host, port);
+        let mut tls = super::tls::data_tls_for(self.features.client_tls.entries(), &host, port);
         if let Some(pem) = ca_root {
             tls = tls
                 .with_extra_roots(pem.as_bytes())

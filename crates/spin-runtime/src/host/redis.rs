@@ -244,7 +244,7 @@ impl HostState {
         if scheme == "redis" {
             return Ok(client);
         }
-        let tls = super::tls::data_tls_for(&self.component.tls, host, port);
+        let tls = super::tls::data_tls_for(self.features.client_tls.entries(), host, port);
         super::tls::redis_client(address, &tls).map_err(|e| {
             tracing::error!(
                 "component `{}`: Redis address {}: {e:#}",

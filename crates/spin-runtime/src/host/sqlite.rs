@@ -191,6 +191,60 @@ fn attach_rule(label: &str) -> String {
     )
 }
 
+/// The SQLite host feature: `[sqlite_database.<label>]`, the databases a component lists
+/// (`sqlite_databases`), and `fermyon:spin/sqlite@2.0.0`, `spin:sqlite@3.0.0` and Spin 4's
+/// `spin:sqlite@3.1.0` (linked on [`HostState`], which holds the guest's connections).
+pub struct Sqlite;
+
+/// The app's database definitions and where its default database lives.
+pub struct SqliteApp {
+    definitions: BTreeMap<String, DatabaseDefinition>,
+    state_dir: PathBuf,
+    app_dir: PathBuf,
+}
+
+impl super::HostFeature for Sqlite {
+    const SECTIONS: &'static [&'static str] = &["sqlite_database"];
+    type Config = BTreeMap<String, DatabaseDefinition>;
+    type App = SqliteApp;
+    type Instance = Arc<Databases>;
+
+    fn parse(
+        source: &super::runtime_config::Source<'_>,
+    ) -> anyhow::Result<BTreeMap<String, DatabaseDefinition>> {
+        match source.take("sqlite_database") {
+            Some(v) => parse_runtime_config(v, source.base_dir(), source.origin()),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+
+    fn build(
+        config: &BTreeMap<String, DatabaseDefinition>,
+        cx: &super::AppContext<'_>,
+    ) -> anyhow::Result<SqliteApp> {
+        Ok(SqliteApp {
+            definitions: config.clone(),
+            state_dir: cx.state_dir.clone(),
+            app_dir: cx.host.app_dir.clone(),
+        })
+    }
+
+    fn instance(
+        app: &SqliteApp,
+        cx: &super::ComponentContext<'_>,
+    ) -> anyhow::Result<Arc<Databases>> {
+        let component = cx.component;
+        let labels: BTreeSet<String> = component.sqlite_databases.iter().cloned().collect();
+        Ok(Arc::new(Databases::open(
+            &component.id,
+            &labels,
+            &app.definitions,
+            &app.state_dir,
+            &app.app_dir,
+        )?))
+    }
+}
+
 /// Parses the `sqlite_database` section of a runtime config; relative paths resolve
 /// against `base_dir` (the runtime config file's directory).
 pub fn parse_runtime_config(
@@ -515,7 +569,7 @@ impl HostState {
     /// The database `database` if the component lists it, else `access-denied` (logged with
     /// the fix).
     fn sqlite_database(&self, database: &str) -> Result<Arc<Database>, SqliteError> {
-        self.component
+        self.features
             .sqlite
             .allowed
             .get(database)

@@ -217,6 +217,68 @@ impl ClientTls {
     }
 }
 
+/// The client-TLS host feature: `[[client_tls]]`, and for each component the entries that
+/// name it. It links no guest interface: outbound HTTP, Redis, PostgreSQL, MySQL and MQTT
+/// ask the instance's [`ComponentTls`].
+pub struct ClientTlsFeature;
+
+/// The `[[client_tls]]` entries naming one component.
+#[derive(Clone, Default)]
+pub struct ComponentTls(Arc<[ClientTls]>);
+
+impl ComponentTls {
+    /// The entries, in the runtime config's order.
+    pub fn entries(&self) -> &[ClientTls] {
+        &self.0
+    }
+
+    /// The client config for an HTTPS request to `uri`: the first entry covering its host
+    /// and port, else the default trust store ([`trust_store`]); `None` for plain HTTP.
+    pub fn for_https(&self, uri: &http::Uri) -> Option<Arc<rustls::ClientConfig>> {
+        if uri.scheme_str() != Some("https") {
+            return None;
+        }
+        let host = uri.host()?;
+        let port = uri.port_u16().unwrap_or(443);
+        self.0
+            .iter()
+            .find(|t| t.covers(host, port))
+            .map(|t| t.config.clone())
+            .or_else(|| Some(trust_store().http.clone()))
+    }
+}
+
+impl super::HostFeature for ClientTlsFeature {
+    const SECTIONS: &'static [&'static str] = &["client_tls"];
+    type Config = Vec<ClientTls>;
+    type App = Vec<ClientTls>;
+    type Instance = ComponentTls;
+
+    fn parse(source: &super::runtime_config::Source<'_>) -> anyhow::Result<Vec<ClientTls>> {
+        match source.take("client_tls") {
+            Some(v) => parse_runtime_config(v, source.base_dir(), source.origin()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn build(config: &Vec<ClientTls>, _: &super::AppContext<'_>) -> anyhow::Result<Vec<ClientTls>> {
+        Ok(config.clone())
+    }
+
+    fn instance(
+        app: &Vec<ClientTls>,
+        cx: &super::ComponentContext<'_>,
+    ) -> anyhow::Result<ComponentTls> {
+        let id = &cx.component.id;
+        Ok(ComponentTls(
+            app.iter()
+                .filter(|t| t.components.iter().any(|c| c == id))
+                .cloned()
+                .collect(),
+        ))
+    }
+}
+
 fn load_certs(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_file_iter(path)
         .with_context(|| format!("{what}: cannot read {}", path.display()))?

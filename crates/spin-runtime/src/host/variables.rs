@@ -19,7 +19,7 @@ use super::bindings::fermyon::spin::config as spin_config;
 use super::bindings::fermyon::spin2_0_0::variables as spin_variables;
 use super::bindings::wasi::config::store as wasi_config;
 use super::secret_stores::{self, AzureCredential, Remote, Store};
-use super::HostState;
+use super::{HostFeature, HostState};
 use crate::app::Variable;
 
 /// Prefix of the environment variables Spin's env provider reads.
@@ -443,25 +443,97 @@ pub fn component_values(
     Ok(out)
 }
 
-impl HostState {
-    /// As [`Self::variable`], owned: for Spin 4's `spin:variables/variables@3.0.0`
-    /// ([`crate::p3`]).
-    pub(crate) fn variable_for_guest(&self, key: &str) -> Result<String, VarError> {
-        self.variable(key).map(str::to_string)
+/// The variables host feature: `[[variables_provider]]` (and `[[config_provider]]`), every
+/// application variable resolved once per app, each component's expanded `variables`, and
+/// `fermyon:spin/variables@2.0.0`, `fermyon:spin/config` and `wasi:config/store`.
+pub struct Variables;
+
+/// Every application variable, resolved once per app.
+pub struct AppVariables {
+    /// By name.
+    pub resolved: BTreeMap<String, Resolved>,
+}
+
+/// One component's variables, as its instances read them.
+#[derive(Clone)]
+pub struct ComponentVariables {
+    component_id: Arc<str>,
+    values: Arc<HashMap<String, ComponentValue>>,
+}
+
+impl HostFeature for Variables {
+    const SECTIONS: &'static [&'static str] = &["variables_provider", "config_provider"];
+    type Config = Vec<Provider>;
+    type App = AppVariables;
+    type Instance = ComponentVariables;
+
+    fn parse(source: &super::runtime_config::Source<'_>) -> anyhow::Result<Vec<Provider>> {
+        // Both sections, in the file's order.
+        let mut out = Vec::new();
+        for section in source.keys() {
+            if Self::SECTIONS.contains(&section) {
+                if let Some(value) = source.take(section) {
+                    out.extend(parse_providers(
+                        value,
+                        section,
+                        source.base_dir(),
+                        source.origin(),
+                    )?);
+                }
+            }
+        }
+        Ok(out)
     }
 
+    fn build(config: &Vec<Provider>, cx: &super::AppContext<'_>) -> anyhow::Result<AppVariables> {
+        Ok(AppVariables {
+            resolved: resolve_with(&cx.app.variables, &cx.host.env, config)?,
+        })
+    }
+
+    fn instance(
+        _: &AppVariables,
+        cx: &super::ComponentContext<'_>,
+    ) -> anyhow::Result<ComponentVariables> {
+        let c = cx.component;
+        Ok(ComponentVariables {
+            component_id: c.id.as_str().into(),
+            values: Arc::new(component_values(&c.id, &c.variables, cx.variables)?),
+        })
+    }
+
+    fn add_to_linker<T: Send + 'static>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentVariables,
+    ) -> anyhow::Result<()> {
+        type H = wasmtime::component::HasSelf<ComponentVariables>;
+        spin_variables::add_to_linker::<T, H>(linker, get)?;
+        spin_config::add_to_linker::<T, H>(linker, get)?;
+        wasi_config::add_to_linker::<T, H>(linker, get)?;
+        Ok(())
+    }
+}
+
+impl HostState {
+    /// The value of component variable `key`, owned: for Spin 4's
+    /// `spin:variables/variables@3.0.0` ([`crate::p3`]).
+    pub(crate) fn variable_for_guest(&self, key: &str) -> Result<String, VarError> {
+        self.features.variables.variable(key).map(str::to_string)
+    }
+}
+
+impl ComponentVariables {
     /// The value of component variable `key`, with Spin's error cases.
     fn variable(&self, key: &str) -> Result<&str, VarError> {
         check_key(key).map_err(VarError::Invalid)?;
-        self.component
-            .variables
+        self.values
             .get(key)
             .map(|v| v.value.as_str())
             .ok_or_else(|| {
                 VarError::Undefined(format!(
                     "no variable `{key}` for component `{}`: declare it in \
                      [component.{}.variables]",
-                    self.component.id, self.component.id
+                    self.component_id, self.component_id
                 ))
             })
     }
@@ -475,7 +547,7 @@ pub(crate) enum VarError {
     Undefined(String),
 }
 
-impl spin_variables::Host for HostState {
+impl spin_variables::Host for ComponentVariables {
     fn get(&mut self, name: String) -> wasmtime::Result<Result<String, spin_variables::Error>> {
         Ok(match self.variable(&name) {
             Ok(v) => Ok(v.to_string()),
@@ -485,7 +557,7 @@ impl spin_variables::Host for HostState {
     }
 }
 
-impl spin_config::Host for HostState {
+impl spin_config::Host for ComponentVariables {
     fn get_config(&mut self, key: String) -> wasmtime::Result<Result<String, spin_config::Error>> {
         Ok(match self.variable(&key) {
             Ok(v) => Ok(v.to_string()),
@@ -495,7 +567,7 @@ impl spin_config::Host for HostState {
     }
 }
 
-impl wasi_config::Host for HostState {
+impl wasi_config::Host for ComponentVariables {
     fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wasi_config::Error>> {
         // An undeclared key has no value; a malformed one is reported as `upstream`
         // (wasi:config has no "invalid key" case).
@@ -508,8 +580,7 @@ impl wasi_config::Host for HostState {
 
     fn get_all(&mut self) -> wasmtime::Result<Result<Vec<(String, String)>, wasi_config::Error>> {
         let mut all: Vec<(String, String)> = self
-            .component
-            .variables
+            .values
             .iter()
             .map(|(k, v)| (k.clone(), v.value.clone()))
             .collect();

@@ -213,7 +213,7 @@ pub async fn run(
     let vars = if events.is_empty() {
         BTreeMap::new()
     } else {
-        crate::host::resolve_app_variables(&app.app, &config.host)?
+        app.host.variables().clone()
     };
     let redis = redis::prepare(&app, &vars)?;
     let mqtt = mqtt::prepare(&app, &vars)?;
