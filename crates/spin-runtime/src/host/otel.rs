@@ -3,7 +3,11 @@
 //! exported by the runtime's OTLP exporters ([`otel_export::guest`]), in the same batches
 //! as the runtime's spans; `tracing.outer-span-context` gives the guest the request's server
 //! span, so that its spans join the request's trace. Each does nothing while its signal is
-//! off. `metrics.export` answers an error naming the gap: guest metrics are not exported.
+//! off. Between a guest span's `on-start` and `on-end`, the runtime's spans under the same
+//! request span (host calls, outbound HTTP) are exported as its children, as in Spin.
+//! `metrics.export` sends the guest's metrics, converted field for field to OTLP, to the
+//! metrics endpoint and answers the collector's verdict (`ok` while metrics are off, as
+//! Spin).
 //!
 //! Attribute values and log bodies are JSON, as the WIT defines them (byte strings as
 //! `data:application/octet-stream;base64,...`); a value that is not JSON is kept as text.
@@ -261,14 +265,24 @@ fn span_data(s: wtrace::SpanData) -> Option<sdk::trace::SpanData> {
 impl types::Host for HostState {}
 
 impl wtrace::Host for HostState {
-    async fn on_start(&mut self, _context: wtrace::SpanContext) -> wasmtime::Result<()> {
-        // Nothing to keep: a span is exported whole when the guest ends it.
+    async fn on_start(&mut self, context: wtrace::SpanContext) -> wasmtime::Result<()> {
+        if !otel_export::enabled() {
+            return Ok(());
+        }
+        // The span itself is exported whole when the guest ends it; until then the runtime's
+        // spans of this request go under it.
+        if let Some(sc) = span_context(context) {
+            otel_export::guest::span_started(self.request_trace.as_ref(), sc);
+        }
         Ok(())
     }
 
     async fn on_end(&mut self, span: wtrace::SpanData) -> wasmtime::Result<()> {
         if !otel_export::enabled() {
             return Ok(());
+        }
+        if let Ok(id) = otel::trace::SpanId::from_hex(&span.span_context.span_id) {
+            otel_export::guest::span_ended(id);
         }
         let name = span.name.clone();
         match span_data(span) {
@@ -346,13 +360,273 @@ impl logs::Host for HostState {
 impl metrics::Host for HostState {
     async fn export(
         &mut self,
-        _metrics: metrics::ResourceMetrics,
+        data: metrics::ResourceMetrics,
     ) -> wasmtime::Result<Result<(), metrics::Error>> {
-        Ok(Err(
-            "this runtime does not export guest metrics (wasi:otel/metrics); it exports the \
-             spans (wasi:otel/tracing) and log records (wasi:otel/logs) of guests"
-                .to_string(),
-        ))
+        if !otel_export::guest::metrics_enabled() {
+            return Ok(Ok(()));
+        }
+        let request = proto::ExportMetricsServiceRequest {
+            resource_metrics: vec![proto::resource_metrics(data)],
+        };
+        Ok(otel_export::guest::export_metrics(request)
+            .await
+            .map_err(|e| {
+                tracing::warn!(component = %self.component.id, "wasi:otel metrics: {e}");
+                e
+            }))
+    }
+}
+
+/// `wasi:otel/metrics` records as OTLP protobuf messages, field for field.
+mod proto {
+    use otel_export::opentelemetry_proto::tonic::common::v1 as common;
+    use otel_export::opentelemetry_proto::tonic::metrics::v1 as pm;
+    use otel_export::opentelemetry_proto::tonic::resource::v1::Resource;
+
+    pub use otel_export::opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+
+    use super::{metrics as wm, otel, types, Datetime};
+
+    fn nanos(d: Datetime) -> u64 {
+        d.seconds
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.nanoseconds.min(999_999_999)))
+    }
+
+    fn any(v: otel::Value) -> common::AnyValue {
+        use common::any_value::Value as P;
+        fn list<T>(items: Vec<T>, f: impl Fn(T) -> P) -> P {
+            P::ArrayValue(common::ArrayValue {
+                values: items
+                    .into_iter()
+                    .map(|i| common::AnyValue { value: Some(f(i)) })
+                    .collect(),
+            })
+        }
+        let value = match v {
+            otel::Value::Bool(b) => P::BoolValue(b),
+            otel::Value::I64(i) => P::IntValue(i),
+            otel::Value::F64(f) => P::DoubleValue(f),
+            otel::Value::String(s) => P::StringValue(s.to_string()),
+            otel::Value::Array(otel::Array::Bool(v)) => list(v, P::BoolValue),
+            otel::Value::Array(otel::Array::I64(v)) => list(v, P::IntValue),
+            otel::Value::Array(otel::Array::F64(v)) => list(v, P::DoubleValue),
+            otel::Value::Array(otel::Array::String(v)) => {
+                list(v, |s| P::StringValue(s.to_string()))
+            }
+            other => P::StringValue(other.to_string()),
+        };
+        common::AnyValue { value: Some(value) }
+    }
+
+    fn attributes(kvs: Vec<types::KeyValue>) -> Vec<common::KeyValue> {
+        kvs.into_iter()
+            .map(|kv| common::KeyValue {
+                value: Some(any(super::value(&kv.value))),
+                key: kv.key,
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn scope(s: types::InstrumentationScope) -> common::InstrumentationScope {
+        common::InstrumentationScope {
+            name: s.name,
+            version: s.version.unwrap_or_default(),
+            attributes: attributes(s.attributes),
+            dropped_attributes_count: 0,
+        }
+    }
+
+    fn number(n: wm::MetricNumber) -> pm::number_data_point::Value {
+        use pm::number_data_point::Value as V;
+        match n {
+            wm::MetricNumber::F64(f) => V::AsDouble(f),
+            wm::MetricNumber::S64(i) => V::AsInt(i),
+            wm::MetricNumber::U64(u) => i64::try_from(u).map_or(V::AsDouble(u as f64), V::AsInt),
+        }
+    }
+
+    fn float(n: wm::MetricNumber) -> f64 {
+        match n {
+            wm::MetricNumber::F64(f) => f,
+            wm::MetricNumber::S64(i) => i as f64,
+            wm::MetricNumber::U64(u) => u as f64,
+        }
+    }
+
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len() / 2)
+            .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect()
+    }
+
+    fn exemplars(list: Vec<wm::Exemplar>) -> Vec<pm::Exemplar> {
+        use pm::exemplar::Value as V;
+        list.into_iter()
+            .map(|e| pm::Exemplar {
+                filtered_attributes: attributes(e.filtered_attributes),
+                time_unix_nano: nanos(e.time),
+                span_id: hex_bytes(&e.span_id),
+                trace_id: hex_bytes(&e.trace_id),
+                value: Some(match number(e.value) {
+                    pm::number_data_point::Value::AsDouble(f) => V::AsDouble(f),
+                    pm::number_data_point::Value::AsInt(i) => V::AsInt(i),
+                }),
+            })
+            .collect()
+    }
+
+    /// OTLP knows cumulative and delta; the SDK's low-memory choice is delta for sums that
+    /// only go up and for histograms, cumulative otherwise.
+    fn temporality(t: wm::Temporality, monotonic_or_histogram: bool) -> i32 {
+        let delta = match t {
+            wm::Temporality::Delta => true,
+            wm::Temporality::Cumulative => false,
+            wm::Temporality::LowMemory => monotonic_or_histogram,
+        };
+        if delta {
+            pm::AggregationTemporality::Delta as i32
+        } else {
+            pm::AggregationTemporality::Cumulative as i32
+        }
+    }
+
+    /// Gauge and sum points: (attributes, value, exemplars) each.
+    type NumberPoint = (Vec<types::KeyValue>, wm::MetricNumber, Vec<wm::Exemplar>);
+
+    fn number_points(
+        points: impl Iterator<Item = NumberPoint>,
+        start: u64,
+        time: u64,
+    ) -> Vec<pm::NumberDataPoint> {
+        points
+            .map(|(attrs, value, ex)| pm::NumberDataPoint {
+                attributes: attributes(attrs),
+                start_time_unix_nano: start,
+                time_unix_nano: time,
+                exemplars: exemplars(ex),
+                flags: 0,
+                value: Some(number(value)),
+            })
+            .collect()
+    }
+
+    fn gauge(g: wm::Gauge) -> pm::metric::Data {
+        let points = g
+            .data_points
+            .into_iter()
+            .map(|p| (p.attributes, p.value, p.exemplars));
+        pm::metric::Data::Gauge(pm::Gauge {
+            data_points: number_points(points, g.start_time.map(nanos).unwrap_or(0), nanos(g.time)),
+        })
+    }
+
+    fn sum(s: wm::Sum) -> pm::metric::Data {
+        let points = s
+            .data_points
+            .into_iter()
+            .map(|p| (p.attributes, p.value, p.exemplars));
+        pm::metric::Data::Sum(pm::Sum {
+            aggregation_temporality: temporality(s.temporality, s.is_monotonic),
+            is_monotonic: s.is_monotonic,
+            data_points: number_points(points, nanos(s.start_time), nanos(s.time)),
+        })
+    }
+
+    fn histogram(h: wm::Histogram) -> pm::metric::Data {
+        let (start, time) = (nanos(h.start_time), nanos(h.time));
+        pm::metric::Data::Histogram(pm::Histogram {
+            aggregation_temporality: temporality(h.temporality, true),
+            data_points: h
+                .data_points
+                .into_iter()
+                .map(|p| pm::HistogramDataPoint {
+                    attributes: attributes(p.attributes),
+                    start_time_unix_nano: start,
+                    time_unix_nano: time,
+                    count: p.count,
+                    sum: Some(float(p.sum)),
+                    bucket_counts: p.bucket_counts,
+                    explicit_bounds: p.bounds,
+                    exemplars: exemplars(p.exemplars),
+                    flags: 0,
+                    min: p.min.map(float),
+                    max: p.max.map(float),
+                })
+                .collect(),
+        })
+    }
+
+    fn exponential(h: wm::ExponentialHistogram) -> pm::metric::Data {
+        use pm::exponential_histogram_data_point::Buckets;
+        let (start, time) = (nanos(h.start_time), nanos(h.time));
+        let buckets = |b: wm::ExponentialBucket| Buckets {
+            offset: b.offset,
+            bucket_counts: b.counts,
+        };
+        pm::metric::Data::ExponentialHistogram(pm::ExponentialHistogram {
+            aggregation_temporality: temporality(h.temporality, true),
+            data_points: h
+                .data_points
+                .into_iter()
+                .map(|p| pm::ExponentialHistogramDataPoint {
+                    attributes: attributes(p.attributes),
+                    start_time_unix_nano: start,
+                    time_unix_nano: time,
+                    count: p.count,
+                    sum: Some(float(p.sum)),
+                    scale: i32::from(p.scale),
+                    zero_count: p.zero_count,
+                    positive: Some(buckets(p.positive_bucket)),
+                    negative: Some(buckets(p.negative_bucket)),
+                    flags: 0,
+                    exemplars: exemplars(p.exemplars),
+                    min: p.min.map(float),
+                    max: p.max.map(float),
+                    zero_threshold: p.zero_threshold,
+                })
+                .collect(),
+        })
+    }
+
+    fn metric(m: wm::Metric) -> pm::Metric {
+        use wm::MetricData as D;
+        let data = match m.data {
+            D::F64Gauge(g) | D::U64Gauge(g) | D::S64Gauge(g) => gauge(g),
+            D::F64Sum(s) | D::U64Sum(s) | D::S64Sum(s) => sum(s),
+            D::F64Histogram(h) | D::U64Histogram(h) | D::S64Histogram(h) => histogram(h),
+            D::F64ExponentialHistogram(h)
+            | D::U64ExponentialHistogram(h)
+            | D::S64ExponentialHistogram(h) => exponential(h),
+        };
+        pm::Metric {
+            name: m.name,
+            description: m.description,
+            unit: m.unit,
+            metadata: Vec::new(),
+            data: Some(data),
+        }
+    }
+
+    /// The guest's resource metrics as one OTLP `ResourceMetrics`.
+    pub fn resource_metrics(rm: wm::ResourceMetrics) -> pm::ResourceMetrics {
+        pm::ResourceMetrics {
+            resource: Some(Resource {
+                attributes: attributes(rm.resource.attributes),
+                ..Default::default()
+            }),
+            schema_url: rm.resource.schema_url.unwrap_or_default(),
+            scope_metrics: rm
+                .scope_metrics
+                .into_iter()
+                .map(|sm| pm::ScopeMetrics {
+                    schema_url: sm.scope.schema_url.clone().unwrap_or_default(),
+                    scope: Some(scope(sm.scope)),
+                    metrics: sm.metrics.into_iter().map(metric).collect(),
+                })
+                .collect(),
+        }
     }
 }
 

@@ -163,6 +163,7 @@ where
     let component = &handler.component;
     otel_export::count_request(trigger_type, &app.app.name, &component.id);
     let mut store = app.new_store(component)?;
+    let usage = store.data().limits.usage();
     let run = async {
         let instance = component
             .instance_pre
@@ -180,6 +181,7 @@ where
             .map_err(anyhow::Error::from)?;
         anyhow::Ok(results)
     };
+    let run = crate::metrics::cpu_timed(usage, run);
     match app.limits.request_timeout {
         Some(deadline) => tokio::time::timeout(deadline, run).await.map_err(|_| {
             anyhow!(
