@@ -247,16 +247,15 @@ fn run_spin(
         None => spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))?,
     };
     let confinement = ProcessConfinement(Confinement::for_this_process());
-    spin_runtime::run_app_in_container(
-        app,
-        app_dir,
-        env,
-        args,
-        spin_runtime::InContainer {
+    spin_runtime::Runner::new(app)
+        .dir(app_dir)
+        .env(env)
+        .args(args)
+        .in_container(spin_runtime::InContainer {
             spec_memory_limit: memory_limit,
             confinement: std::sync::Arc::new(confinement),
-        },
-    )
+        })
+        .run()
 }
 
 /// The shim's confinement of a container's runtime process, as the Spin runtime uses it.

@@ -1,4 +1,4 @@
-//! `run_in_container` as the shim calls it: app dir with `spin.toml`, the container env,
+//! `Runner::run` as a container's process runs it: app dir with `spin.toml`, the container env,
 //! serve until SIGTERM, exit code 0. The test re-runs its own binary as the "container
 //! process" (signals are process-wide, so it cannot run inside the test harness).
 
@@ -17,7 +17,11 @@ fn run_in_container_serves_until_sigterm_then_returns_zero() {
     if let Ok(app_dir) = std::env::var(CHILD_ENV) {
         // Child: behave like the container's init process.
         let env: Vec<(String, String)> = std::env::vars().collect();
-        let code = match spin_runtime::run_in_container(std::path::Path::new(&app_dir), &env) {
+        let app_dir = std::path::Path::new(&app_dir);
+        spin_runtime::init_tracing(&env);
+        let run = spin_runtime::App::load_manifest(&app_dir.join(spin_runtime::MANIFEST_FILE))
+            .and_then(|app| spin_runtime::Runner::new(app).dir(app_dir).env(&env).run());
+        let code = match run {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("Error: {e:#}");

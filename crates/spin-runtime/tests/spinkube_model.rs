@@ -174,17 +174,17 @@ static_response = { status_code = 201, headers = { x-a = "1" }, body = "no bots"
         let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {
-            spin_runtime::serve_app(
-                app,
-                &config,
-                |a| {
-                    let _ = addr_tx.send(a);
-                },
-                async {
-                    let _ = stop_rx.await;
-                },
-            )
-            .await
+            spin_runtime::Runner::new(app)
+                .config(config)
+                .serve(
+                    |a| {
+                        let _ = addr_tx.send(a.expect("the app serves HTTP"));
+                    },
+                    async {
+                        let _ = stop_rx.await;
+                    },
+                )
+                .await
         });
         let addr = addr_rx.await.unwrap();
         let get = |path: &'static str| {

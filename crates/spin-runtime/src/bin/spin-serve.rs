@@ -65,7 +65,6 @@ fn run(
     env: &[(String, String)],
     guest_args: &[String],
 ) -> anyhow::Result<i32> {
-    use anyhow::Context;
     spin_runtime::init_tracing(env);
     let (app, app_dir) = if source.is_dir() {
         let app = spin_runtime::App::load_manifest(&source.join(spin_runtime::MANIFEST_FILE))?;
@@ -89,38 +88,21 @@ fn run(
         };
         (app, dir)
     };
-    let mut app = app;
-    spin_runtime::apply_deployment_env(&mut app, env)?;
-    let app_dir = app_dir.as_path();
     let mut env = env.to_vec();
-    env.extend(dotenv_variables(app_dir, &env)?);
-    let env = env.as_slice();
-    let config = spin_runtime::RuntimeConfig::from_env(app_dir, env)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")?;
-    let code = runtime.block_on(async {
-        let shutdown = spin_runtime::shutdown_signal()?;
-        spin_runtime::run_triggers(
-            app,
-            &config,
-            guest_args,
-            |addr| {
-                use std::io::Write;
-                if let Some(addr) = addr {
-                    println!("spin-serve: listening on http://{addr}");
-                }
-                println!("spin-serve: ready");
-                let _ = std::io::stdout().flush();
-            },
-            shutdown,
-        )
-        .await
-    });
-    // Spans still batched reach the collector before the process ends.
-    otel_export::shutdown();
-    code
+    env.extend(dotenv_variables(&app_dir, &env)?);
+    spin_runtime::Runner::new(app)
+        .dir(&app_dir)
+        .env(&env)
+        .args(guest_args)
+        .on_ready(|addr| {
+            use std::io::Write;
+            if let Some(addr) = addr {
+                println!("spin-serve: listening on http://{addr}");
+            }
+            println!("spin-serve: ready");
+            let _ = std::io::stdout().flush();
+        })
+        .run()
 }
 
 /// The `SPIN_VARIABLE_*` entries of `app_dir/.env` not already in `env` (none if there is no
