@@ -29,14 +29,9 @@ fn query(prom: SocketAddr, query: &str) -> Vec<(serde_json::Value, f64)> {
         .collect()
 }
 
-#[test]
-fn prometheus_scrapes_request_instantiation_and_trap_counts() {
-    let Some(prometheus) = ["/usr/bin/prometheus"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file())
-    else {
-        panic!("prometheus is missing: apt-get install prometheus (scripts/setup.sh)");
-    };
+/// `spin-limits` served with metrics on and a 32 MiB memory cap, after three good requests
+/// and one that runs into the cap (the app's directory, its server, the metrics address).
+fn limits_app_after_four_requests() -> (tempfile::TempDir, Server, SocketAddr) {
     let app = prepare_app("spin-limits");
     let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let server = Server::start(
@@ -50,6 +45,18 @@ fn prometheus_scrapes_request_instantiation_and_trap_counts() {
         assert_eq!(server.get("/").status, 200);
     }
     assert_eq!(server.get("/greedy").status, 500);
+    (app, server, metrics)
+}
+
+#[test]
+fn prometheus_scrapes_request_instantiation_and_trap_counts() {
+    let Some(prometheus) = ["/usr/bin/prometheus"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        panic!("prometheus is missing: apt-get install prometheus (scripts/setup.sh)");
+    };
+    let (_app, server, metrics) = limits_app_after_four_requests();
     // The exposition itself.
     let text = request(metrics, "GET", "/metrics", b"").text();
     assert!(
@@ -110,5 +117,56 @@ fn prometheus_scrapes_request_instantiation_and_trap_counts() {
     assert_eq!(find(&inst, "component", "limits"), Some(4.0), "{inst:?}");
     let loaded: f64 = hits.iter().map(|(_, v)| v).sum();
     assert_eq!(loaded, 1.0, "one component loaded at start: {hits:?}");
+    drop(server);
+}
+
+/// The value of the series of `metric` (a full sample name, e.g. `x_count`) whose labels
+/// include `label`, from an exposition.
+fn sample(text: &str, metric: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Spin 3.6's per-component histograms on the Prometheus endpoint: one observation per
+/// instance when it ends, CPU time from the guest's polls, memory from the store's limiter
+/// (the greedy instance's growth up to its 32 MiB cap shows in the memory at its end).
+#[test]
+fn per_component_cpu_and_memory_histograms() {
+    let (_app, server, metrics) = limits_app_after_four_requests();
+    let id = "component_id=\"limits\"";
+    // Instances end after their response: wait (bounded) until all four are recorded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = request(metrics, "GET", "/metrics", b"").text();
+        let counts = [
+            "spin_component_cpu_time_count",
+            "spin_component_memory_used_on_init_count",
+            "spin_component_memory_used_count",
+        ]
+        .map(|m| sample(&text, m, id));
+        if counts.iter().all(|c| *c == Some(4.0)) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "four instances not recorded: {counts:?}\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        text.contains("spin_component_cpu_time_count{app=\"spin-limits\",component_id=\"limits\",unit=\"s\"} 4"),
+        "{text}"
+    );
+    let cpu = sample(&text, "spin_component_cpu_time_sum", id).unwrap();
+    assert!(cpu > 0.0 && cpu < 60.0, "CPU seconds {cpu}");
+    let on_init = sample(&text, "spin_component_memory_used_on_init_sum", id).unwrap();
+    let used = sample(&text, "spin_component_memory_used_sum", id).unwrap();
+    assert!(on_init / 4.0 >= 1048576.0, "memory on init {on_init}");
+    assert!(
+        used >= on_init + 16.0 * 1048576.0,
+        "the greedy instance's growth is missing: used {used}, on init {on_init}"
+    );
+    assert!(text.contains("unit=\"By\""), "{text}");
     drop(server);
 }

@@ -5,6 +5,9 @@
 //! Spin's `spin.request_count` counter.
 //! On containerd 2.x, which sends its shims the trace context of its own Task API client
 //! spans in the ttrpc metadata (`traceparent`), the shim's spans are children of those.
+//! Guest telemetry through the shim: the `spin-otel-guest` app's own span (`wasi:otel`) and
+//! counter, and Spin 3.6's per-component CPU and memory histograms, exported from inside a
+//! `ctr run` container.
 //! Run as root: `cargo test --release -p integration --test otel -- --nocapture`.
 
 use test_support::otlp;
@@ -181,4 +184,104 @@ fn shim_spans_continue_containerd_2_trace_context() {
         return;
     };
     run(ContainerdVersion::V2).unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn guest_span_and_per_component_metrics_through_the_shim() {
+    let Some(_s) = integration::root_test("guest_span_and_per_component_metrics_through_the_shim")
+    else {
+        return;
+    };
+    guest_telemetry().unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+fn guest_telemetry() -> Result<()> {
+    require_shim()?;
+    let collector = Collector::start();
+    let endpoint = format!("http://{}", collector.grpc);
+    let c = Containerd::start_with(
+        ContainerdVersion::V1_7,
+        CgroupMode::Host,
+        &ContainerdConfig::default(),
+    )?;
+    let dir = tempfile::tempdir()?;
+    let name = "docker.io/library/spin-otel-guest:otel";
+    let tar = dir.path().join("c.tar");
+    oci_image_builder::spin::container_image(
+        name,
+        &workspace_root().join("tests/apps/spin-otel-guest"),
+        &[],
+    )?
+    .write_archive(&tar)?;
+    c.import(&tar, false)?;
+    let mut extra = Vec::new();
+    for (k, v) in [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+        ("OTEL_SERVICE_NAME", "otel-guest-app"),
+    ] {
+        extra.push("--env".to_string());
+        extra.push(format!("{k}={v}"));
+    }
+    let app = c.run_spin_app(name, &extra)?;
+    let (status, body) = app.get("/otel")?;
+    ensure!(status == 200, "GET /otel: {status} {body}");
+    ensure!(
+        body.contains("\nmetrics=ok\n"),
+        "the guest's metrics export: {body}"
+    );
+    let trace = body
+        .strip_prefix("trace=")
+        .and_then(|b| b.split(' ').next())
+        .unwrap_or_default()
+        .to_string();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let spans = collector.wait_for("the guest's span and the request's span", |s| {
+        s.iter().any(|r| r.span.name == "guest-work")
+            && s.iter().any(|r| r.span.name == "GET /otel")
+    });
+    let guest = spans.iter().find(|r| r.span.name == "guest-work").unwrap();
+    let request = spans.iter().find(|r| r.span.name == "GET /otel").unwrap();
+    ensure!(
+        guest.service == "otel-guest-app"
+            && hex(&guest.span.trace_id) == trace
+            && guest.span.parent_span_id == request.span.span_id,
+        "the guest's span is not in the request's trace under its span: {guest:?}"
+    );
+    collector.wait_for_points("the guest's counter", |p| {
+        otlp::latest(p, "guest.requests", &[("guest.attr", "yes")]) == Some(1)
+    });
+    let h = collector.wait_for_histograms("the per-component histograms", |h| {
+        [
+            "spin.component_cpu_time",
+            "spin.component_memory_used_on_init",
+            "spin.component_memory_used",
+        ]
+        .iter()
+        .all(|n| {
+            h.iter().any(|p| {
+                p.metric == *n
+                    && p.attr("component_id") == Some("otel")
+                    && p.count >= 1
+                    && p.service == "otel-guest-app"
+            })
+        })
+    });
+    let on_init = h
+        .iter()
+        .find(|p| p.metric == "spin.component_memory_used_on_init")
+        .unwrap();
+    ensure!(on_init.sum >= 1048576.0, "memory on init: {on_init:?}");
+    c.ctr_ok(&["task", "kill", "-s", "SIGTERM", &app.id])?;
+    c.wait_task_status(&app.id, "STOPPED", Duration::from_secs(20))?;
+    c.ctr_output(&["task", "delete", &app.id], Duration::from_secs(30))?;
+    println!(
+        "guest telemetry through the shim: span {} in trace {trace}, guest counter, \
+         per-component histograms ({} B on init)",
+        hex(&guest.span.span_id),
+        on_init.sum
+    );
+    Ok(())
 }

@@ -82,6 +82,35 @@ impl Point {
     }
 }
 
+/// One data point of a histogram as received.
+#[derive(Debug, Clone)]
+pub struct HistogramPoint {
+    /// `service.name` of the resource.
+    pub service: String,
+    /// The metric's name.
+    pub metric: String,
+    /// The metric's unit.
+    pub unit: String,
+    /// The point's attributes as text.
+    pub attrs: Vec<(String, String)>,
+    /// Observations.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// Their largest, when sent.
+    pub max: Option<f64>,
+}
+
+impl HistogramPoint {
+    /// An attribute's value.
+    pub fn attr(&self, key: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// One log record as received.
 #[derive(Debug, Clone)]
 pub struct Log {
@@ -115,6 +144,7 @@ fn attrs_text(attrs: &[KeyValue]) -> Vec<(String, String)> {
 pub struct Store {
     spans: Mutex<Vec<Received>>,
     points: Mutex<Vec<Point>>,
+    histograms: Mutex<Vec<HistogramPoint>>,
     logs: Mutex<Vec<Log>>,
     /// Export requests that carried a client certificate (TLS receivers only).
     pub exports: Mutex<usize>,
@@ -137,6 +167,13 @@ impl Store {
                 .iter()
                 .map(|p| p.service.clone()),
         );
+        v.extend(
+            self.histograms
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|p| p.service.clone()),
+        );
         v.extend(self.logs.lock().unwrap().iter().map(|l| l.service.clone()));
         v.sort();
         v.dedup();
@@ -147,16 +184,30 @@ impl Store {
     pub fn clear(&self) {
         self.spans.lock().unwrap().clear();
         self.points.lock().unwrap().clear();
+        self.histograms.lock().unwrap().clear();
         self.logs.lock().unwrap().clear();
     }
 }
 
 fn collect_metrics(store: &Store, req: ExportMetricsServiceRequest) {
     let mut out = store.points.lock().unwrap();
+    let mut histograms = store.histograms.lock().unwrap();
     for rm in req.resource_metrics {
         let service = service_of(rm.resource.as_ref());
         for sm in rm.scope_metrics {
             for m in sm.metrics {
+                if let Some(Data::Histogram(h)) = &m.data {
+                    histograms.extend(h.data_points.iter().map(|p| HistogramPoint {
+                        service: service.clone(),
+                        metric: m.name.clone(),
+                        unit: m.unit.clone(),
+                        attrs: attrs_text(&p.attributes),
+                        count: p.count,
+                        sum: p.sum.unwrap_or(0.0),
+                        max: p.max,
+                    }));
+                    continue;
+                }
                 let Some(Data::Sum(sum)) = m.data else {
                     continue;
                 };
@@ -486,6 +537,28 @@ impl Collector {
             if t0.elapsed() > WAIT {
                 panic!(
                     "no {what} within {} s; received points: {points:?}",
+                    WAIT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (bounded) until `pred` holds for the received histogram points.
+    pub fn wait_for_histograms(
+        &self,
+        what: &str,
+        pred: impl Fn(&[HistogramPoint]) -> bool,
+    ) -> Vec<HistogramPoint> {
+        let t0 = Instant::now();
+        loop {
+            let points = self.store.histograms.lock().unwrap().clone();
+            if pred(&points) {
+                return points;
+            }
+            if t0.elapsed() > WAIT {
+                panic!(
+                    "no {what} within {} s; received histograms: {points:?}",
                     WAIT.as_secs()
                 );
             }
