@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+use test_support::moto::Moto;
 
 /// How long the proxy holds Redis's first reply while waiting for a second command.
 const HOLD_BOUND: Duration = Duration::from_secs(30);
@@ -145,104 +146,14 @@ fn redis_store_calls_from_concurrent_requests_are_in_flight_together() {
     drop(server);
 }
 
-/// moto's server (`scripts/install-moto.sh`, a local implementation of DynamoDB's API) on a
-/// free loopback port; stopped by its pid on drop.
-struct Moto {
-    child: std::process::Child,
-    addr: SocketAddr,
-}
-
-impl Moto {
-    fn start() -> Moto {
-        let script = workspace_root().join("scripts/install-moto.sh");
-        let out = std::process::Command::new("bash")
-            .arg(&script)
-            .output()
-            .expect("running scripts/install-moto.sh");
-        assert!(out.status.success(), "install-moto.sh: {out:?}");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let bin = stdout
-            .lines()
-            .last()
-            .expect("moto_server path")
-            .trim()
-            .to_string();
-        let port = free_port();
-        let child = std::process::Command::new(bin)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("starting moto_server");
-        let mut moto = Moto {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(moto.addr).is_err() {
-            assert!(
-                moto.child.try_wait().unwrap().is_none(),
-                "moto_server exited during start"
-            );
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        moto
-    }
-
-    /// Calls DynamoDB `action` directly (moto does not check signatures: a well-formed
-    /// Authorization header naming the region is enough); the status and JSON reply.
-    fn call(&self, action: &str, body: &str) -> (u16, String) {
-        let r = request_with(
-            self.addr,
-            "POST",
-            "/",
-            &[
-                ("content-type", "application/x-amz-json-1.0"),
-                ("x-amz-target", &format!("DynamoDB_20120810.{action}")),
-                (
-                    "authorization",
-                    "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, \
-                     SignedHeaders=host, Signature=00",
-                ),
-            ],
-            body.as_bytes(),
-        );
-        (r.status, r.text())
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `[key_value_store.default] type = "aws_dynamo"` (Spin's keys) against moto's DynamoDB:
 /// the spin-kv app's operations land in the table in Spin's item layout (`PK` = key, `VAL` =
 /// the bytes), through `fermyon:spin/key-value` and `wasi:keyvalue`; a missing table is the
 /// guest's error naming it, and a half credential pair fails the start naming the keys.
 #[test]
 fn key_value_store_of_type_aws_dynamo_against_moto() {
-    let moto = Moto::start();
-    let (status, text) = moto.call(
-        "CreateTable",
-        r#"{"TableName":"kv","KeySchema":[{"AttributeName":"PK","KeyType":"HASH"}],
-            "AttributeDefinitions":[{"AttributeName":"PK","AttributeType":"S"}],
-            "BillingMode":"PAY_PER_REQUEST"}"#,
-    );
-    assert_eq!(status, 200, "CreateTable: {text}");
+    let moto = Moto::start(&workspace_root());
+    moto.create_kv_table("kv");
     let dir = prepare_app("spin-kv");
     let config = |table: &str| {
         format!(
