@@ -8,14 +8,10 @@
 mod common;
 mod servers;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
 
 use common::*;
+use test_support::origin::Origin;
 
 const OUTBOUND: &str = "spin_outbound.wasm";
 const HOSTIFACES: &str = "spin_hostifaces.wasm";
@@ -33,131 +29,6 @@ fn app(wasm: &str, allowed: &str) -> tempfile::TempDir {
 
 fn runtime_config(app: &Path, text: &str) {
     std::fs::write(app.join("runtime-config.toml"), text).unwrap();
-}
-
-/// What an HTTP origin on loopback saw: connections now open and the most at once.
-#[derive(Default)]
-struct Seen {
-    open: usize,
-    most: usize,
-    served: usize,
-}
-
-/// A loopback HTTP/1.1 origin answering `200 ok` and closing; with `hold`, each request
-/// waits until [`Origin::release`] lets one go. Its thread stops on drop.
-struct Origin {
-    addr: SocketAddr,
-    seen: Arc<(Mutex<Seen>, Condvar)>,
-    releases: Arc<(Mutex<usize>, Condvar)>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Origin {
-    /// Listens on `bind` (`ip:port`, port 0 for any).
-    fn start(bind: &str, hold: bool) -> Origin {
-        let listener =
-            TcpListener::bind(bind).unwrap_or_else(|e| panic!("cannot listen on {bind}: {e}"));
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen: Arc<(Mutex<Seen>, Condvar)> = Default::default();
-        let releases: Arc<(Mutex<usize>, Condvar)> = Default::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, r, st) = (seen.clone(), releases.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut handlers = Vec::new();
-            while !st.load(Ordering::SeqCst) {
-                let Ok((mut conn, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let (s, r, st) = (s.clone(), r.clone(), st.clone());
-                handlers.push(std::thread::spawn(move || {
-                    conn.set_nonblocking(false).unwrap();
-                    conn.set_read_timeout(Some(Duration::from_secs(30)))
-                        .unwrap();
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    {
-                        let mut seen = s.0.lock().unwrap();
-                        seen.open += 1;
-                        seen.most = seen.most.max(seen.open);
-                        s.1.notify_all();
-                    }
-                    if hold {
-                        let mut n = r.0.lock().unwrap();
-                        while *n == 0 && !st.load(Ordering::SeqCst) {
-                            n = r.1.wait_timeout(n, Duration::from_millis(100)).unwrap().0;
-                        }
-                        *n = n.saturating_sub(1);
-                    }
-                    let _ = conn.write_all(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
-                    );
-                    drop(conn);
-                    let mut seen = s.0.lock().unwrap();
-                    seen.open -= 1;
-                    seen.served += 1;
-                    s.1.notify_all();
-                }));
-            }
-            for h in handlers {
-                let _ = h.join();
-            }
-        });
-        Origin {
-            addr,
-            seen,
-            releases,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn served(&self) -> usize {
-        self.seen.0.lock().unwrap().served
-    }
-
-    /// Waits (30 s) until `at_least` requests are open at once; what the origin saw.
-    fn wait_open(&self, at_least: usize) -> (usize, usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut seen = self.seen.0.lock().unwrap();
-        while seen.open < at_least {
-            assert!(
-                Instant::now() < deadline,
-                "{} requests open, not {at_least}",
-                seen.open
-            );
-            seen = self
-                .seen
-                .1
-                .wait_timeout(seen, Duration::from_millis(100))
-                .unwrap()
-                .0;
-        }
-        (seen.open, seen.most)
-    }
-
-    fn release(&self) {
-        *self.releases.0.lock().unwrap() += 1;
-        self.releases.1.notify_all();
-    }
-}
-
-impl Drop for Origin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.releases.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 fn fetch(server: &Server, url: &str) -> (u16, String) {
@@ -277,7 +148,7 @@ fn connection_caps_bound_the_requests_in_flight_at_the_origin() {
         let clients = fetch_all(&server, &url, REQUESTS);
         // Let the held requests go one by one; before each, the cap's worth is open.
         for done in 0..REQUESTS {
-            let (open, most) = origin.wait_open(CAP.min(REQUESTS - done));
+            let (open, most) = origin.wait_open(CAP.min(REQUESTS - done)).unwrap();
             assert!(
                 open <= CAP && most <= CAP,
                 "{config}: {open} open, at most {most}"
@@ -287,7 +158,7 @@ fn connection_caps_bound_the_requests_in_flight_at_the_origin() {
         for c in clients {
             assert_eq!(c.join().unwrap(), 200, "{config}");
         }
-        let seen = origin.seen.0.lock().unwrap();
+        let seen = origin.seen();
         assert_eq!((seen.most, seen.served), (CAP, REQUESTS), "{config}");
     }
 
@@ -297,7 +168,7 @@ fn connection_caps_bound_the_requests_in_flight_at_the_origin() {
     let server = Server::start(app.path(), &[]);
     let url = format!("http://127.0.0.1:{}/", origin.addr.port());
     let clients = fetch_all(&server, &url, REQUESTS);
-    origin.wait_open(REQUESTS);
+    origin.wait_open(REQUESTS).unwrap();
     for _ in 0..REQUESTS {
         origin.release();
     }
@@ -403,4 +274,149 @@ fn mqtt_payload_cap_refuses_only_larger_payloads() {
             && got.contains("payload size 7 exceeds the maximum allowed size of 6 bytes"),
         "{got}"
     );
+}
+
+/// Established TCP connections whose local port is `port` (the server's side of its
+/// clients' connections), from the kernel's socket tables.
+fn server_connections(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address is `<hex ip>:<hex port>`; state 01 is ESTABLISHED.
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && f.get(3) == Some(&"01") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Polls (30 s) until the server on `port` has exactly `want` client connections.
+fn wait_server_connections(port: u16, want: usize, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let n = server_connections(port);
+        if n == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {n} connections at the server, not {want}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `[outbound_redis]`, `[outbound_pg]`, `[outbound_mysql]` and `[outbound_mqtt]`
+/// `max_connections` end to end: concurrent guest requests each hold one connection open
+/// while an origin holds their outbound HTTP request; the real server never has more
+/// connections than the cap, the requests beyond it wait for a permit (no connection) and
+/// then succeed. Without the section the same requests all connect at once.
+#[test]
+fn per_interface_max_connections_hold_under_concurrent_guest_calls() {
+    const CAP: usize = 2;
+    const REQUESTS: usize = 4;
+    const APP: &str = "spin_conn_hold.wasm";
+    let redis = servers::redis();
+    let pg = servers::postgres();
+    let db = servers::mariadb();
+    let broker = servers::mosquitto();
+    let cases = [
+        (
+            "redis",
+            "outbound_redis",
+            redis.port,
+            format!("redis://127.0.0.1:{}", redis.port),
+        ),
+        (
+            "pg",
+            "outbound_pg",
+            pg.port,
+            format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port),
+        ),
+        (
+            "mysql",
+            "outbound_mysql",
+            db.port,
+            format!("mysql://root@127.0.0.1:{}/spin_test", db.port),
+        ),
+        (
+            "mqtt",
+            "outbound_mqtt",
+            broker.port,
+            format!("mqtt://127.0.0.1:{}?client_id=hold", broker.port),
+        ),
+    ];
+    for (kind, section, port, addr) in &cases {
+        for capped in [true, false] {
+            let origin = Origin::start("127.0.0.1:0", true);
+            let scheme = addr.split_once("://").unwrap().0;
+            let app = app(APP, "http://127.0.0.1:*");
+            // Both the server and the origin: rewrite the allow-list with both.
+            let manifest = std::fs::read_to_string(app.path().join("spin.toml")).unwrap();
+            std::fs::write(
+                app.path().join("spin.toml"),
+                manifest.replace(
+                    "[\"http://127.0.0.1:*\"]",
+                    &format!("[\"http://127.0.0.1:*\", \"{scheme}://127.0.0.1:*\"]"),
+                ),
+            )
+            .unwrap();
+            if capped {
+                runtime_config(
+                    app.path(),
+                    &format!("[{section}]\nmax_connections = {CAP}\n"),
+                );
+            }
+            let server = Server::start(app.path(), &[]);
+            let hold = format!("http://127.0.0.1:{}/", origin.addr.port());
+            let clients: Vec<_> = (0..REQUESTS)
+                .map(|i| {
+                    let path = format!(
+                        "/?kind={kind}&hold={hold}&addr={}",
+                        addr.replace("client_id=hold", &format!("client_id=hold{i}"))
+                    );
+                    let to = server.addr;
+                    std::thread::spawn(move || request(to, "GET", &path, b""))
+                })
+                .collect();
+            let what = format!("{kind}, capped {capped}");
+            if capped {
+                for done in 0..REQUESTS {
+                    let at_once = CAP.min(REQUESTS - done);
+                    let (open, most) = origin.wait_open(at_once).unwrap();
+                    assert!(
+                        open <= CAP && most <= CAP,
+                        "{what}: {open} open, {most} most"
+                    );
+                    wait_server_connections(*port, at_once, &what);
+                    origin.release();
+                }
+            } else {
+                origin.wait_open(REQUESTS).unwrap();
+                wait_server_connections(*port, REQUESTS, &what);
+                for _ in 0..REQUESTS {
+                    origin.release();
+                }
+            }
+            for c in clients {
+                let r = c.join().unwrap();
+                assert_eq!((r.status, r.text()), (200, "held".to_string()), "{what}");
+            }
+            let seen = origin.seen();
+            let most = if capped { CAP } else { REQUESTS };
+            assert_eq!((seen.most, seen.served), (most, REQUESTS), "{what}");
+            println!(
+                "max_connections({kind}): capped {capped}: at most {} connections at once, \
+                 {REQUESTS} of {REQUESTS} requests 200",
+                seen.most
+            );
+        }
+    }
 }
