@@ -14,47 +14,14 @@ mod version;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const DOCTOR_USAGE: &str = "usage: containerd-shim-spin-v2 doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]\n  --run  also run a test pod through containerd's CRI socket and compare its pod and container CPU as kubelet would";
-
-/// `doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]`.
+/// `doctor [--run] [--json] [--config FILE] [--containerd BIN] [--kubelet-config FILE]`
+/// (see `node_doctor::cli`). `--run` execs `spin-shim-doctor` beside this binary, which has
+/// the test pod's CRI client and image builder; the shim does not link them.
 fn doctor(args: &[String]) -> i32 {
-    let mut opts = node_doctor::Options::default();
-    let mut json = false;
-    let mut run = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| match it.next() {
-            Some(v) => Some(PathBuf::from(v)),
-            None => {
-                eprintln!("doctor: {name} needs a value\n{DOCTOR_USAGE}");
-                None
-            }
-        };
-        match a.as_str() {
-            "--json" => json = true,
-            "--run" => run = true,
-            "--config" => match value("--config") {
-                Some(v) => opts.config = Some(v),
-                None => return 2,
-            },
-            "--containerd" => match value("--containerd") {
-                Some(v) => opts.containerd = Some(v),
-                None => return 2,
-            },
-            "--kubelet-config" => match value("--kubelet-config") {
-                Some(v) => opts.kubelet_config = Some(v),
-                None => return 2,
-            },
-            "-h" | "--help" => {
-                println!("{DOCTOR_USAGE}");
-                return 0;
-            }
-            other => {
-                eprintln!("doctor: unknown argument `{other}`\n{DOCTOR_USAGE}");
-                return 2;
-            }
-        }
-    }
+    let parsed = match node_doctor::cli::DoctorArgs::parse(args) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let names = wasm_shim_core::engine::ShimNames::new(spin_engine::NAME);
     let target = node_doctor::Target {
         shim_binary: format!("containerd-shim-{}-v2", names.engine),
@@ -63,18 +30,39 @@ fn doctor(args: &[String]) -> i32 {
         cache_dir_env: spin_engine::cache_mount::DIR_ENV.to_string(),
         cache_default: PathBuf::from(spin_engine::cache_mount::DEFAULT_DIR),
     };
-    let mut report = node_doctor::inspect(&target, &opts);
-    if run {
-        let check = node_doctor::run::test_pod(&target, &report.facts);
-        report.checks.push(check);
+    if parsed.run {
+        return exec_test_pod_doctor(&target, args);
     }
-    if json {
-        println!("{}", report.json());
-    } else {
-        print!("{}", report.text());
-    }
-    report.exit_code()
+    parsed.report(&target, None)
 }
+
+/// Replaces this process with `spin-shim-doctor --target <json> <args>`, the binary beside
+/// this one; returns only if that fails (exit code 2, the error on stderr).
+fn exec_test_pod_doctor(target: &node_doctor::Target, args: &[String]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .unwrap_or_default();
+    let bin = dir.join(DOCTOR_RUN_BIN);
+    let json = serde_json::to_string(target).expect("a Target serializes");
+    let err = std::process::Command::new(&bin)
+        .arg("--target")
+        .arg(json)
+        .args(args)
+        .exec();
+    eprintln!(
+        "doctor --run: cannot run {}: {err}; the test pod (a CRI client and a probe image) lives \
+         in `{DOCTOR_RUN_BIN}`, not in the shim (release archives ship the shim alone): build \
+         it with `cargo build --release -p {DOCTOR_RUN_BIN}` and put it beside the shim, or \
+         leave --run out",
+        bin.display()
+    );
+    2
+}
+
+/// The binary with `doctor --run`'s test pod (crate `crates/spin-shim-doctor`).
+const DOCTOR_RUN_BIN: &str = "spin-shim-doctor";
 
 fn main() {
     // First: the compile helper confines itself before it does anything else.
@@ -99,6 +87,14 @@ fn main() {
             version::render(&version::build_info(), &version::device_filter_probe())
         );
         return;
+    }
+    // Every setting of the shim is checked before it serves; `delete` cleans up whatever the
+    // environment says, so that a bad value never leaves a container behind.
+    if !args.iter().any(|a| a == "delete") {
+        if let Err(e) = spin_shim_settings::shim::ShimSettings::init() {
+            eprintln!("containerd-shim-spin-v2: {e}");
+            std::process::exit(1);
+        }
     }
     wasm_shim_core::run_shim(std::sync::Arc::new(spin_engine::SpinEngine));
 }

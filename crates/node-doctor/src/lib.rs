@@ -18,16 +18,17 @@
 
 #![warn(missing_docs)]
 
-pub mod run;
+pub mod cli;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cgroup_placement::{CgroupLayout, Host, CGROUP_ROOT};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// What the shim being checked is called and expects.
-#[derive(Debug, Clone)]
+/// What the shim being checked is called and expects (JSON: how the shim hands it to
+/// `spin-shim-doctor` for `doctor --run`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
     /// containerd runtime type (`io.containerd.spin.v2`).
     pub runtime_type: String,
@@ -87,7 +88,7 @@ pub struct Check {
 pub struct Report {
     /// The checks.
     pub checks: Vec<Check>,
-    /// What the checks found out about the node, for [`run::test_pod`].
+    /// What the checks found out about the node, for `doctor --run`'s test pod.
     #[serde(skip)]
     pub facts: Facts,
 }
@@ -269,7 +270,7 @@ fn find_containerd(config: Option<&Path>) -> Option<Proc> {
 }
 
 /// `name` on `path` (colon-separated), executable.
-fn lookup(name: &str, path: &str) -> Option<PathBuf> {
+pub fn lookup(name: &str, path: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     path.split(':')
         .filter(|d| !d.is_empty())

@@ -16,7 +16,7 @@ use kubelet_pod::cgroups::{self, Hierarchy, Layout, PodCgroups};
 use kubelet_pod::cri::{self, ContainerSpec, Cri, PodSpec};
 use kubelet_pod::kubelet::{self, CgroupDriver, QosClass};
 
-use crate::{lookup, Check, Facts, Target, Verdict};
+use node_doctor::{lookup, Check, Facts, Target, Verdict};
 
 /// The probe image's name in containerd's `k8s.io` namespace.
 pub const PROBE_IMAGE: &str = "docker.io/library/spin-shim-doctor-probe:1";
