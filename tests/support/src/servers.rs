@@ -553,3 +553,206 @@ impl ServerProcess {
         Ok(())
     }
 }
+
+/// Runs `scripts/<script>` of this workspace (an installer that prints a path) and returns
+/// the path it printed.
+fn installed(script: &str) -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(script);
+    let out = Command::new("bash")
+        .arg(&path)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "{} failed (see its output above)",
+        path.display()
+    );
+    String::from_utf8(out.stdout).unwrap().trim().into()
+}
+
+/// Debian trixie's `nats-server` (unpacked by `scripts/install-nats.sh`) with JetStream,
+/// its store in the fixture's dir (so [`ServerProcess::restart`] keeps streams and durable
+/// consumers).
+pub fn nats() -> ServerProcess {
+    nats_with(None)
+}
+
+/// As [`nats`], serving TLS only with `server.pem`/`server.key` of `pki` (see
+/// [`crate::pki::make_pki`]): clients must verify the server against `ca.pem`.
+pub fn nats_tls(pki: &Path) -> ServerProcess {
+    nats_with(Some(pki))
+}
+
+fn nats_with(tls: Option<&Path>) -> ServerProcess {
+    let bin = installed("install-nats.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path().join("js"));
+    if let Some(pki) = tls {
+        cmd.arg("--tls")
+            .arg("--tlscert")
+            .arg(pki.join("server.pem"))
+            .arg("--tlskey")
+            .arg(pki.join("server.key"));
+    }
+    running("nats-server", cmd, port, dir)
+}
+
+/// moto's server (a local SQS and DynamoDB, `scripts/install-moto.sh`); it keeps its state
+/// in memory only.
+pub fn moto() -> ServerProcess {
+    let bin = installed("install-moto.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(bin);
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    running("moto_server", cmd, port, dir)
+}
+
+/// Starts `cmd` (listening on `port`, its data in `dir`); returns once the port accepts
+/// connections. SIGTERM stops it.
+fn running(name: &'static str, cmd: Command, port: u16, dir: tempfile::TempDir) -> ServerProcess {
+    let argv = argv_of(&cmd);
+    let child = spawn(name, cmd, dir.path());
+    let mut s = ServerProcess {
+        name,
+        port,
+        child,
+        argv,
+        stop_signal: "TERM",
+        dir,
+    };
+    s.wait_ready(tcp_ready);
+    s
+}
+
+/// A connection speaking NATS's text protocol: enough to publish and to make requests
+/// (JetStream's API is requests) without an async client.
+struct NatsText {
+    reader: std::io::BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl NatsText {
+    fn connect(addr: SocketAddr) -> std::io::Result<NatsText> {
+        use std::io::Write;
+        let mut writer = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        writer.set_read_timeout(Some(Duration::from_secs(10)))?;
+        writer.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n")?;
+        let reader = std::io::BufReader::new(writer.try_clone()?);
+        Ok(NatsText { reader, writer })
+    }
+
+    fn line(&mut self) -> std::io::Result<String> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("nats-server closed the connection"));
+        }
+        if line.starts_with("-ERR") {
+            return Err(std::io::Error::other(format!(
+                "nats-server: {}",
+                line.trim()
+            )));
+        }
+        Ok(line)
+    }
+
+    /// Sends `text` and a PING; returns once the server's PONG says it processed them.
+    fn send_and_sync(&mut self, text: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        self.writer
+            .write_all(format!("{text}PING\r\n").as_bytes())?;
+        while !self.line()?.starts_with("PONG") {}
+        Ok(())
+    }
+
+    /// The payload of the first message on `inbox` (subscribed as sid 1).
+    fn reply(&mut self) -> std::io::Result<String> {
+        use std::io::Read;
+        loop {
+            let line = self.line()?;
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if line.starts_with("PING") {
+                self.send_and_sync("PONG\r\n")?;
+                continue;
+            }
+            let len = match fields.first() {
+                Some(&"MSG") => fields.last().and_then(|n| n.parse::<usize>().ok()),
+                _ => None,
+            };
+            if let Some(len) = len {
+                let mut body = vec![0; len + 2];
+                self.reader.read_exact(&mut body)?;
+                body.truncate(len);
+                return Ok(String::from_utf8_lossy(&body).into_owned());
+            }
+        }
+    }
+}
+
+impl ServerProcess {
+    /// Publishes `payloads` on `subject` of this (plain NATS) server, in order; returns once
+    /// the server has processed them.
+    pub fn nats_publish(&self, subject: &str, payloads: &[String]) -> std::io::Result<()> {
+        let mut c = NatsText::connect(self.addr())?;
+        let mut text = String::new();
+        for p in payloads {
+            text.push_str(&format!("PUB {subject} {}\r\n{p}\r\n", p.len()));
+        }
+        c.send_and_sync(&text)
+    }
+
+    /// Sends `payload` to `subject` of this (plain NATS) server as a request and returns the
+    /// reply's payload (within 10 s): JetStream's API (`$JS.API.STREAM.CREATE.<stream>`,
+    /// `$JS.API.CONSUMER.INFO.<stream>.<consumer>`) and JetStream publishing (the reply is
+    /// the stored message's ack).
+    pub fn nats_request(&self, subject: &str, payload: &str) -> std::io::Result<String> {
+        let mut c = NatsText::connect(self.addr())?;
+        let inbox = format!("_INBOX.test.{}", std::process::id());
+        c.send_and_sync(&format!(
+            "SUB {inbox} 1\r\nPUB {subject} {inbox} {}\r\n{payload}\r\n",
+            payload.len()
+        ))?;
+        c.reply()
+    }
+
+    /// Publishes `payloads` to a JetStream stream's `subject` of this server, each stored
+    /// before the next is sent (the reply is checked for an error).
+    pub fn jetstream_publish(&self, subject: &str, payloads: &[String]) -> std::io::Result<()> {
+        for p in payloads {
+            let ack = self.nats_request(subject, p)?;
+            if !ack.contains("\"seq\"") {
+                return Err(std::io::Error::other(format!(
+                    "JetStream did not store the message on {subject}: {ack}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the Python `code` with `sqs`, a boto3 SQS client of this moto server (boto3
+    /// from moto's venv); returns its stdout, trimmed.
+    pub fn boto_sqs(&self, code: &str) -> std::io::Result<String> {
+        let python = Path::new(&self.argv[0]).with_file_name("python3");
+        let script = format!(
+            "import boto3, json\nsqs = boto3.client('sqs', endpoint_url='http://{}', \
+             region_name='us-east-1', aws_access_key_id='testing', \
+             aws_secret_access_key='testing')\n{code}\n",
+            self.addr()
+        );
+        let out = Command::new(&python).args(["-c", &script]).output()?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "boto3 against moto: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
