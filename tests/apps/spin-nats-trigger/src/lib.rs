@@ -1,6 +1,7 @@
 //! Handles NATS messages: appends `<subject> <payload>` (and ` h:<name>=<value>` per header)
 //! to the Redis list named by variable `record_key` on the server at variable
-//! `record_address`. Payload `fail` returns an error (nothing recorded).
+//! `record_address`. Payload `fail` returns an error (nothing recorded); a payload starting
+//! with `slow` is handled for 1.5 s before it is recorded (a handler in flight).
 //!
 //! The export is the NATS trigger's guest contract, `crates/spin-runtime/wit/triggers/nats.wit`.
 
@@ -31,6 +32,9 @@ impl Guest for Nats {
     fn handle_message(message: Message) -> Result<(), Error> {
         if message.payload == b"fail" {
             return Err(Error::Other("asked to fail".into()));
+        }
+        if message.payload.starts_with(b"slow") {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
         }
         let mut line = format!("{} ", message.subject).into_bytes();
         line.extend(message.payload);

@@ -1,7 +1,8 @@
 //! Handles SQS messages: appends `<body> <name>=<value>...` (attributes sorted by name) to
 //! the Redis list named by variable `record_key` on the server at variable
 //! `record_address`, then asks for the message's deletion. Body `fail` returns an error and
-//! `leave` returns `message-action.leave`: both are recorded, and the message stays.
+//! `leave` returns `message-action.leave`: both are recorded, and the message stays. A body
+//! starting with `slow` is handled for 1.5 s before it is recorded (a handler in flight).
 //!
 //! The export is the one the spin-trigger-sqs plugin calls: package
 //! `fermyon:spin-sqs@2.0.0`, world `spin-sqs` (the plugin's sqs.wit, restated below).
@@ -63,6 +64,9 @@ fn record(line: String) -> anyhow::Result<()> {
 impl Guest for Sqs {
     fn handle_queue_message(message: Message) -> Result<MessageAction, Error> {
         let body = message.body.unwrap_or_default();
+        if body.starts_with("slow") {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        }
         let mut attrs: Vec<String> = message
             .message_attributes
             .into_iter()
