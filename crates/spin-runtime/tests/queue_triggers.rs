@@ -6,146 +6,14 @@
 //! Each app also has an HTTP route so that `common::Server` sees it listening.
 
 mod common;
+mod servers;
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{app_from_manifest, free_port, start_failure, Server};
+use common::{app_from_manifest, make_pki, start_failure, Server};
 
-/// A server process on a loopback port with its own temp dir; stopped by pid on drop.
-struct Proc {
-    name: &'static str,
-    port: u16,
-    argv: Vec<String>,
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Proc {
-    /// Starts `argv` (with `{port}` and `{dir}` filled in) and waits (bounded) until the
-    /// port accepts connections.
-    fn start(name: &'static str, argv: &[&str]) -> Proc {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let argv: Vec<String> = argv
-            .iter()
-            .map(|a| {
-                a.replace("{port}", &port.to_string())
-                    .replace("{dir}", &dir.path().display().to_string())
-            })
-            .collect();
-        let child = Self::spawn(name, &argv, dir.path());
-        let mut p = Proc {
-            name,
-            port,
-            argv,
-            child,
-            dir,
-        };
-        p.wait_ready();
-        p
-    }
-
-    fn spawn(name: &str, argv: &[String], dir: &Path) -> Child {
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join("server.log"))
-            .unwrap();
-        Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({}): {e}", argv[0]))
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).is_err() {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("{} exited ({status}); log:\n{}", self.name, self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not listen on {}; log:\n{}",
-                self.name,
-                self.addr(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Stops the process by its pid (SIGKILL after 15 s).
-    fn stop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("kill")
-                .arg(self.child.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    /// Stops and starts the server again on the same port and dir.
-    fn restart(&mut self) {
-        self.stop();
-        self.child = Self::spawn(self.name, &self.argv, self.dir.path());
-        self.wait_ready();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Runs an install script of `scripts/` and returns the path it prints.
-fn installed(script: &str) -> PathBuf {
-    let out = Command::new("bash")
-        .arg(common::workspace_root().join("scripts").join(script))
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "scripts/{script} failed");
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-}
-
-fn redis() -> Proc {
-    Proc::start(
-        "redis-server",
-        &[
-            "redis-server",
-            "--port",
-            "{port}",
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            "{dir}",
-        ],
-    )
-}
+use servers::{redis, ServerProcess as Proc};
 
 fn redis_list(server: &Proc, key: &str) -> Vec<String> {
     let mut conn = redis::Client::open(format!("redis://{}", server.addr()))
@@ -190,21 +58,16 @@ const HTTP_ROUTE: &str = "[[trigger.http]]\nroute = \"/hello\"\ncomponent = \"he
 // ---------------------------------------------------------------------------------------
 // SQS
 
-/// moto's server and boto3 (from moto's venv) to drive it.
+/// moto's server, driven by boto3 (from moto's venv).
 struct Moto {
     proc: Proc,
-    python: PathBuf,
 }
 
 impl Moto {
     fn start() -> Moto {
-        let server = installed("install-moto.sh");
-        let python = server.parent().unwrap().join("python3");
-        let proc = Proc::start(
-            "moto_server",
-            &[server.to_str().unwrap(), "-H", "127.0.0.1", "-p", "{port}"],
-        );
-        Moto { proc, python }
+        Moto {
+            proc: servers::moto(),
+        }
     }
 
     fn endpoint(&self) -> String {
@@ -213,22 +76,7 @@ impl Moto {
 
     /// Runs `code` with `sqs` a boto3 SQS client of this server; returns its stdout.
     fn boto(&self, code: &str) -> String {
-        let script = format!(
-            "import boto3, json\nsqs = boto3.client('sqs', endpoint_url='{}', \
-             region_name='us-east-1', aws_access_key_id='testing', \
-             aws_secret_access_key='testing')\n{code}\n",
-            self.endpoint()
-        );
-        let out = Command::new(&self.python)
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "boto3: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
+        self.proc.boto_sqs(code).unwrap()
     }
 
     fn create_queue(&self, name: &str, visibility: u32) -> String {
@@ -453,23 +301,6 @@ fn sqs_settings_and_credentials_fail_the_start_naming_them() {
 // ---------------------------------------------------------------------------------------
 // NATS
 
-fn nats_server() -> Proc {
-    let bin = installed("install-nats.sh");
-    Proc::start(
-        "nats-server",
-        &[
-            bin.to_str().unwrap(),
-            "-a",
-            "127.0.0.1",
-            "-p",
-            "{port}",
-            "-js",
-            "-sd",
-            "{dir}/js",
-        ],
-    )
-}
-
 /// A NATS client of the test (async-nats on its own runtime).
 struct NatsClient {
     rt: tokio::runtime::Runtime,
@@ -531,7 +362,7 @@ fn start_app(app: &Path, env: &[(String, String)]) -> Server {
 #[test]
 fn nats_messages_reach_the_guest_and_survive_a_server_restart() {
     let record = redis();
-    let mut nats = nats_server();
+    let mut nats = servers::nats();
     let app = nats_app("subject = \"orders.>\"\nqueue_group = \"workers\"");
     let server = start_app(app.path(), &nats_env(&nats, &record));
     assert!(
@@ -612,7 +443,7 @@ fn nats_messages_reach_the_guest_and_survive_a_server_restart() {
 #[test]
 fn nats_jetstream_durable_consumer_gets_what_was_published_while_it_was_down() {
     let record = redis();
-    let nats = nats_server();
+    let nats = servers::nats();
     let publisher = NatsClient::connect(&nats);
     publisher.rt.block_on(async {
         let js = async_nats::jetstream::new(publisher.client.clone());
@@ -725,4 +556,213 @@ fn nats_settings_fail_the_start_naming_them() {
         err.contains("spin:nats-trigger/inbound-nats@0.1.0"),
         "{err}"
     );
+}
+
+/// A subscriber's connection to a `tls://` NATS server that trusts `ca` (async-nats on the
+/// test's own runtime).
+fn nats_tls_client(nats: &Proc, ca: &Path) -> NatsClient {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("tls://{}", nats.addr());
+    let client = rt
+        .block_on(
+            async_nats::ConnectOptions::new()
+                .add_root_certificates(ca.to_path_buf())
+                .require_tls(true)
+                .connect(url.as_str()),
+        )
+        .unwrap();
+    NatsClient { rt, client }
+}
+
+#[test]
+fn nats_over_tls_is_verified_against_the_trust_store() {
+    let record = redis();
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let nats = servers::nats_tls(pki.path());
+    let app = nats_app("subject = \"orders.>\"");
+    let record_address = format!("redis://{}", record.addr());
+    let mut env = vec![
+        ("NATS_ADDRESS".to_string(), format!("tls://{}", nats.addr())),
+        ("RECORD_ADDRESS".to_string(), record_address),
+    ];
+    // Not trusted: the handshake is refused and the log says why and what to do.
+    let mut untrusted = start_app(app.path(), &env);
+    assert!(
+        wait_log(&untrusted, "certificate is refused", 1),
+        "{}",
+        untrusted.stderr.lock().unwrap()
+    );
+    let log = untrusted.stderr.lock().unwrap().clone();
+    assert!(
+        log.contains("UnknownIssuer") && log.contains("SSL_CERT_FILE"),
+        "the refusal names the reason and the fix:\n{log}"
+    );
+    assert!(!log.contains("nats trigger connected"), "{log}");
+    untrusted.signal("TERM");
+    assert_eq!(untrusted.wait_exit(Duration::from_secs(30)), Some(0));
+
+    // The private CA named by SSL_CERT_FILE: connected over TLS, messages handled.
+    let ca = pki.path().join("ca.pem");
+    env.push(("SSL_CERT_FILE".to_string(), ca.display().to_string()));
+    let mut server = start_app(app.path(), &env);
+    assert!(
+        wait_log(&server, "nats trigger connected", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    let publisher = nats_tls_client(&nats, &ca);
+    // Core NATS keeps nothing for a subscription not yet made: probe until one lands.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut n = 0;
+    while redis_list(&record, "nats-seen").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing reached the guest over TLS"
+        );
+        publisher.publish("orders.probe", &[format!("p{n}")]);
+        n += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sent: Vec<String> = (0..5).map(|i| format!("s{i}")).collect();
+    publisher.publish("orders.tls", &sent);
+    let want: Vec<String> = sent.iter().map(|m| format!("orders.tls {m}")).collect();
+    let seen = wait_list(&record, "nats-seen", |l| {
+        l.iter().filter(|x| x.starts_with("orders.tls ")).count() >= want.len()
+    });
+    let got: Vec<&String> = seen
+        .iter()
+        .filter(|x| x.starts_with("orders.tls "))
+        .collect();
+    assert_eq!(
+        got,
+        want.iter().collect::<Vec<_>>(),
+        "over TLS, in order, once each"
+    );
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+/// Creates the stream `JOBS` of subjects `jobs.>` (JetStream's API over NATS).
+fn jobs_stream(nats: &Proc) {
+    let created = nats
+        .nats_request(
+            "$JS.API.STREAM.CREATE.JOBS",
+            r#"{"name":"JOBS","subjects":["jobs.>"]}"#,
+        )
+        .unwrap();
+    assert!(created.contains("\"config\""), "{created}");
+}
+
+/// Serves the app and waits (bounded) until its JetStream consumer runs.
+fn start_jetstream_app(app: &Path, nats: &Proc, record: &Proc) -> Server {
+    let server = start_app(app, &nats_env(nats, record));
+    assert!(
+        wait_log(&server, "JetStream pull consumer", 1),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    server
+}
+
+#[test]
+fn nats_jetstream_durable_consumer_continues_after_a_server_restart() {
+    let record = redis();
+    let mut nats = servers::nats();
+    jobs_stream(&nats);
+    let app = nats_app(
+        "subject = \"jobs.>\"\njetstream = { stream = \"JOBS\", durable = \"spin-jobs\" }",
+    );
+    let mut server = start_jetstream_app(app.path(), &nats, &record);
+    let before: Vec<String> = (0..3).map(|i| format!("a{i}")).collect();
+    nats.jetstream_publish("jobs.a", &before).unwrap();
+    wait_list(&record, "nats-seen", |l| l.len() >= 3);
+
+    // The server restarts with its store: stream and durable consumer survive; the
+    // trigger reconnects and the consumer continues where it was.
+    nats.restart();
+    assert!(
+        wait_log(&server, "nats trigger connected", 2),
+        "{}",
+        server.stderr.lock().unwrap()
+    );
+    let after: Vec<String> = (0..3).map(|i| format!("b{i}")).collect();
+    // JetStream answers once it has recovered its store: retry the first publish.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = nats.jetstream_publish("jobs.b", &after[..1]) {
+        assert!(
+            Instant::now() < deadline,
+            "JetStream did not come back: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    nats.jetstream_publish("jobs.b", &after[1..]).unwrap();
+    let mut want: Vec<String> = before.iter().map(|m| format!("jobs.a {m}")).collect();
+    want.extend(after.iter().map(|m| format!("jobs.b {m}")));
+    let seen = wait_list(&record, "nats-seen", |l| l.len() >= want.len());
+    assert_eq!(
+        seen,
+        want,
+        "in order, once each, across the restart\n{}",
+        server.stderr.lock().unwrap()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let floor = loop {
+        let info = nats
+            .nats_request("$JS.API.CONSUMER.INFO.JOBS.spin-jobs", "")
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+        let floor = v.pointer("/ack_floor/stream_seq").and_then(|f| f.as_u64());
+        if floor == Some(6) || Instant::now() > deadline {
+            break floor;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(floor, Some(6), "every message acknowledged");
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+#[test]
+fn nats_jetstream_handler_longer_than_the_ack_wait_is_not_redelivered_meanwhile() {
+    let record = redis();
+    let nats = servers::nats();
+    jobs_stream(&nats);
+    // An existing consumer with a 1 s ack wait; the guest takes 1.5 s per `slow` message.
+    let created = nats
+        .nats_request(
+            "$JS.API.CONSUMER.CREATE.JOBS.quick",
+            r#"{"stream_name":"JOBS","config":{"durable_name":"quick","ack_policy":"explicit","ack_wait":1000000000,"filter_subject":"jobs.>"}}"#,
+        )
+        .unwrap();
+    assert!(created.contains("\"ack_wait\""), "{created}");
+    let app =
+        nats_app("subject = \"jobs.>\"\njetstream = { stream = \"JOBS\", consumer = \"quick\" }");
+    let mut server = start_jetstream_app(app.path(), &nats, &record);
+    let slow: Vec<String> = vec!["slow0".into(), "slow1".into(), "end".into()];
+    nats.jetstream_publish("jobs.s", &slow).unwrap();
+    let seen = wait_list(&record, "nats-seen", |l| {
+        l.iter().any(|x| x == "jobs.s end")
+    });
+    let want: Vec<String> = slow.iter().map(|m| format!("jobs.s {m}")).collect();
+    assert_eq!(
+        seen, want,
+        "each once: no redelivery while the handler runs"
+    );
+    // The server delivered each message once (a redelivery counts as a delivery).
+    let info = nats
+        .nats_request("$JS.API.CONSUMER.INFO.JOBS.quick", "")
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(
+        v.pointer("/delivered/consumer_seq")
+            .and_then(|d| d.as_u64()),
+        Some(3),
+        "deliveries: {info}"
+    );
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
 }
