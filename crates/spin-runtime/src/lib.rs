@@ -31,10 +31,10 @@ pub mod trigger;
 pub mod wasi_rc;
 
 // Engine and compilation under their paths from before they moved into `engine/`.
-pub use engine::{compile_cache, componentize, tier};
+pub use engine::{compile_cache, componentize, middleware, tier};
 
 // The HTTP server's modules under their paths from before they moved into `server/`.
-pub use server::{chain, inbound_tls, middleware, routing, wagi};
+pub use server::{chain, inbound_tls, routing, wagi};
 #[allow(unused_imports)]
 pub(crate) use server::{h2c, reuse, whole_body};
 

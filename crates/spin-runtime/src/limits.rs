@@ -36,6 +36,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Env var: most connections served at once; further clients wait in the listen backlog
 /// until one closes.
 pub const MAX_CONNECTIONS_ENV: &str = "SPIN_SHIM_MAX_CONNECTIONS";
+/// The largest request or response body passed whole to or from a component that takes
+/// its body whole (Spin 1.x's `handle-request` and `send-request`, WAGI).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 /// Env var: how long a connection may make no progress writing its response (the client
 /// does not read, or its receive window stays closed) before it is closed. A duration (`30`,
 /// `30s`, `1500ms`, `2m`); `0` disables it.

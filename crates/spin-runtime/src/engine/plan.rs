@@ -20,9 +20,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 
 use super::tier::TieringConfig;
+use crate::app::http_trigger::{Middleware, WagiConfig};
 use crate::app::{App, Component, Content};
-use crate::middleware::Middleware;
-use crate::wagi::WagiConfig;
 
 /// How HTTP triggers use a component.
 #[derive(Debug, Clone)]
@@ -69,7 +68,7 @@ impl Unit<'_> {
     }
 
     /// The Wasm the runtime compiles for it: the source, with its middleware composed in
-    /// front of it ([`crate::middleware::compose`]). Errors name the component.
+    /// front of it ([`super::middleware::compose`]). Errors name the component.
     pub fn wasm(&self) -> anyhow::Result<Arc<[u8]>> {
         let id = self.id();
         let bytes = self
@@ -91,7 +90,7 @@ impl Unit<'_> {
             middleware = parts.len(),
             "composing HTTP middleware in front of the component"
         );
-        Ok(crate::middleware::compose(id, &bytes, &parts)?.into())
+        Ok(super::middleware::compose(id, &bytes, &parts)?.into())
     }
 }
 

@@ -5,15 +5,15 @@
 //!
 //! The HTTP server floor of the crate (above the app model, the engine, the host features
 //! and the loaded app; below the crate's builder): its submodules are the route matcher,
-//! the executors of each HTTP component kind (WASI HTTP in [`reuse`], [`wagi`]), middleware
-//! chains, service chaining, h2c and inbound TLS.
+//! the executors of each HTTP component kind (WASI HTTP in [`reuse`], [`wagi`], Spin 1.x
+//! in [`spin1`]), service chaining, h2c and inbound TLS.
 
 pub mod chain;
 pub(crate) mod h2c;
 pub mod inbound_tls;
-pub mod middleware;
 pub(crate) mod reuse;
 pub mod routing;
+pub(crate) mod spin1;
 pub mod wagi;
 pub(crate) mod whole_body;
 
@@ -294,7 +294,7 @@ where
         HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
         HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
-        HttpPre::Spin1(pre) => return Ok(crate::spin1::http::call(app, component, pre, req).await?),
+        HttpPre::Spin1(pre) => return Ok(spin1::call(app, component, pre, req).await?),
         HttpPre::Wagi(pre) => return Ok(wagi::call(app, component, pre, req).await?),
     };
     let mut store = app.new_store(component)?;

@@ -266,7 +266,13 @@ where
         }
         command.wasi_cli_run().call_run(&mut store).await
     };
-    let ended = match within_deadline(app, id, crate::metrics::cpu_timed(usage, run)).await {
+    let ended = match within_deadline(
+        app.limits.request_timeout,
+        id,
+        crate::metrics::cpu_timed(usage, run),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(answer) => return Ok(answer),
     };

@@ -3,16 +3,14 @@
 //! short host answers.
 
 use std::future::Future;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
-use crate::runtime::LoadedApp;
-
-/// The largest request or response body passed whole to or from such a component.
-pub const MAX_BODY_BYTES: usize = 64 << 20;
+pub use crate::limits::MAX_BODY_BYTES;
 
 /// `b` as a response body.
 pub(crate) fn full(b: Bytes) -> HyperOutgoingBody {
@@ -46,14 +44,15 @@ where
     }
 }
 
-/// `run` within the request deadline (`SPIN_SHIM_REQUEST_TIMEOUT`); past it the instance is
-/// dropped, the deadline logged naming component `id`, and the 504 answer returned.
+/// `run` within the request deadline `deadline` (`SPIN_SHIM_REQUEST_TIMEOUT`); past it the
+/// instance is dropped, the deadline logged naming component `id`, and the 504 answer
+/// returned.
 pub(crate) async fn within_deadline<T>(
-    app: &LoadedApp,
+    deadline: Option<Duration>,
     id: &str,
     run: impl Future<Output = T>,
 ) -> Result<T, Response<HyperOutgoingBody>> {
-    let Some(d) = app.limits.request_timeout else {
+    let Some(d) = deadline else {
         return Ok(run.await);
     };
     match tokio::time::timeout(d, run).await {

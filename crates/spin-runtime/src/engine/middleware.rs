@@ -92,14 +92,14 @@ fn capability_of(import: &str) -> Option<&'static str> {
 /// A part of the chain as the composer takes it: a WASIp3 component, snapshot names
 /// retargeted to 0.3.0 (the chain is wired by name).
 fn prepared(bytes: &[u8], what: &str) -> anyhow::Result<Vec<u8>> {
-    if crate::componentize::is_core_module(bytes) {
+    if super::componentize::is_core_module(bytes) {
         bail!(
             "{what} is a core module (wasip1); middleware chains on the WASIp3 handler \
              ({HANDLER}), so it and the component must be WASIp3 components (Spin 4 SDKs)"
         );
     }
-    if crate::p3::mentions_rc_snapshot(bytes) {
-        crate::p3::retarget_snapshot(bytes)
+    if super::retarget::mentions_rc_snapshot(bytes) {
+        super::retarget::retarget_snapshot(bytes)
             .with_context(|| format!("{what}: not a valid component"))
     } else {
         Ok(bytes.to_vec())
