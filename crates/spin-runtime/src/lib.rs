@@ -49,8 +49,7 @@ pub use runner::{InContainer, Runner};
 pub use runtime::{LoadedApp, RuntimeConfig};
 pub use state::{HostContext, InstanceState};
 
-/// Name of the manifest the runtime looks for in the app directory.
-pub const MANIFEST_FILE: &str = "spin.toml";
+pub use app::MANIFEST_FILE;
 
 /// What spin-operator's environment asks of an app before it is served:
 /// `SPIN_COMPONENTS_TO_RETAIN` selects the components ([`App::retain_components`]), and

@@ -134,19 +134,19 @@ impl EventTriggers {
                      trigger needs the broker, e.g. address = \"mqtt://mosquitto:1883\""
                 );
             }
-            crate::trigger::mqtt::keep_alive(&self.mqtt_settings.keep_alive_interval)
+            super::trigger_config::mqtt::keep_alive(&self.mqtt_settings.keep_alive_interval)
                 .map_err(|e| anyhow!("{origin}: {e}"))?;
         }
         for t in &self.mqtt {
-            crate::trigger::mqtt::qos(&t.config.qos)
+            super::trigger_config::mqtt::qos(&t.config.qos)
                 .map_err(|e| anyhow!("{origin}: mqtt trigger `{}`: {e}", t.id))?;
         }
         for t in &self.cron {
-            crate::trigger::cron::parse(&t.config.cron_expression)
+            super::trigger_config::cron::parse(&t.config.cron_expression)
                 .map_err(|e| anyhow!("{origin}: cron trigger `{}`: {e}", t.id))?;
         }
         for t in &self.sqs {
-            crate::trigger::sqs::check(&t.config)
+            super::trigger_config::sqs::check(&t.config)
                 .map_err(|e| anyhow!("{origin}: sqs trigger `{}` ([[trigger.sqs]]): {e}", t.id))?;
         }
         for t in &self.nats {
@@ -158,7 +158,7 @@ impl EventTriggers {
                     t.id
                 );
             }
-            crate::trigger::nats::check(&t.config).map_err(|e| {
+            super::trigger_config::nats::check(&t.config).map_err(|e| {
                 anyhow!("{origin}: nats trigger `{}` ([[trigger.nats]]): {e}", t.id)
             })?;
         }

@@ -44,7 +44,7 @@ const KERNEL_MAGIC: &[i64] = &[
 /// `None` when no entry does, or the manifest cannot be read (the loader then says why).
 pub(super) fn kernel_files_error(manifest: &Path) -> Option<anyhow::Error> {
     let file = if manifest.is_dir() {
-        manifest.join(crate::MANIFEST_FILE)
+        manifest.join(super::MANIFEST_FILE)
     } else {
         manifest.to_path_buf()
     };

@@ -10,6 +10,7 @@ pub mod http_trigger;
 mod kernel_files;
 mod locked;
 mod retain;
+pub(crate) mod trigger_config;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,9 @@ use spin_app_format::untrusted::{open_regular, shown, shown_path};
 pub use spin_app_format::ContentRef;
 /// The route of an HTTP trigger (the app format's `HttpRoute`).
 pub use spin_app_format::HttpRoute as Route;
+
+/// Name of the manifest the runtime looks for in the app directory.
+pub const MANIFEST_FILE: &str = "spin.toml";
 
 /// A Spin application: metadata, variables, HTTP triggers and components.
 #[derive(Debug, Clone, PartialEq, Eq)]

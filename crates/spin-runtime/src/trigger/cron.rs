@@ -20,6 +20,7 @@ use croner::Cron;
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 use super::{call, find_handler, Handler, Stop};
+use crate::app::trigger_config::cron::parse;
 use crate::runtime::LoadedApp;
 
 /// The root function cron components export.
@@ -38,21 +39,6 @@ pub(crate) struct CronMetadata {
 pub(crate) enum CronError {
     #[component(name = "other")]
     Other(String),
-}
-
-/// Parses a `cron_expression` as the plugin does (seconds required, day-of-month AND
-/// day-of-week).
-pub fn parse(expression: &str) -> anyhow::Result<Cron> {
-    Cron::new(expression)
-        .with_seconds_required()
-        .with_dom_and_dow()
-        .parse()
-        .map_err(|e| {
-            anyhow!(
-                "key `cron_expression`: `{expression}` is not a cron expression with six \
-                 fields (sec min hour day-of-month month day-of-week, e.g. \"*/5 * * * * *\"): {e}"
-            )
-        })
 }
 
 /// The time zone ticks are computed in.

@@ -13,21 +13,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use rumqttc::{AsyncClient, Event, Incoming, MqttOptions, QoS};
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 use super::{call, expand, find_handler, Backoff, Handler, Stop};
+use crate::app::trigger_config::mqtt::{keep_alive, qos};
 use crate::host::variables::Resolved;
 use crate::runtime::LoadedApp;
 
 /// The root function MQTT components export.
 pub const HANDLE_MESSAGE: &str = "handle-message";
-
-/// Keep-alive when `keep_alive_interval` is empty.
-const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// Requests buffered between a client handle and its event loop.
 const CHANNEL_CAPACITY: usize = 100;
@@ -45,30 +42,6 @@ pub(crate) struct MqttMetadata {
 pub(crate) enum MqttError {
     #[component(name = "other")]
     Other(String),
-}
-
-/// `qos` of a `[[trigger.mqtt]]` entry: `"0"`, `"1"` or `"2"`.
-pub(crate) fn qos(text: &str) -> anyhow::Result<QoS> {
-    match text.trim() {
-        "0" => Ok(QoS::AtMostOnce),
-        "1" => Ok(QoS::AtLeastOnce),
-        "2" => Ok(QoS::ExactlyOnce),
-        other => bail!("key `qos`: `{other}` is not an MQTT QoS level: use \"0\", \"1\" or \"2\""),
-    }
-}
-
-/// `keep_alive_interval` in seconds (empty: 30 s; `"0"` turns keep-alive off).
-pub(crate) fn keep_alive(text: &str) -> anyhow::Result<Duration> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(DEFAULT_KEEP_ALIVE);
-    }
-    text.parse::<u64>().map(Duration::from_secs).map_err(|_| {
-        anyhow!(
-            "key `application.trigger.mqtt.keep_alive_interval`: `{text}` is not a number of \
-             seconds such as \"30\""
-        )
-    })
 }
 
 /// Host, port and TLS of `mqtt://host:port` (or `tcp://`; port 1883 by default) or
@@ -231,6 +204,8 @@ impl Listener {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -240,7 +215,10 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("\"0\", \"1\" or \"2\""));
-        assert_eq!(keep_alive("").unwrap(), DEFAULT_KEEP_ALIVE);
+        assert_eq!(
+            keep_alive("").unwrap(),
+            crate::app::trigger_config::mqtt::DEFAULT_KEEP_ALIVE
+        );
         assert_eq!(keep_alive("5").unwrap(), Duration::from_secs(5));
         assert!(keep_alive("x").is_err());
         assert_eq!(

@@ -29,19 +29,16 @@ use tokio::task::JoinSet;
 use wasmtime::component::{ComponentType, Lift, Lower};
 
 use super::{call, expand, find_handler, Backoff, Handler, Stop};
+use crate::app::trigger_config::sqs::{check, max_messages, queue_url};
 use crate::host::aws_json::{AwsCredentials, AwsJsonClient};
 use crate::host::variables::Resolved;
 use crate::runtime::LoadedApp;
-use spin_app_format::trigger::SqsTriggerConfig;
 
 /// The root function SQS components export.
 pub const HANDLE_QUEUE_MESSAGE: &str = "handle-queue-message";
 
-/// The plugin's defaults.
-const DEFAULT_MAX_MESSAGES: u16 = 10;
+/// The plugin's default.
 const DEFAULT_IDLE_WAIT_SECONDS: u64 = 2;
-/// SQS's limit of messages per ReceiveMessage.
-const MAX_BATCH: u16 = 10;
 /// The longest long poll: SQS allows 20 s, the shared AWS client bounds an exchange at 10 s.
 const MAX_WAIT_SECONDS: u64 = 5;
 /// The lease when the queue's visibility timeout cannot be read (the plugin's default).
@@ -95,49 +92,6 @@ pub(crate) enum MessageAction {
     Delete,
     #[component(name = "leave")]
     Leave,
-}
-
-/// Checks a `[[trigger.sqs]]` entry's settings (no environment needed; a `queue_url` with
-/// `{{ variable }}` templates is checked once expanded).
-pub(crate) fn check(config: &SqsTriggerConfig) -> anyhow::Result<()> {
-    if !config.queue_url.contains("{{") {
-        queue_url(&config.queue_url)?;
-    }
-    max_messages(config)?;
-    Ok(())
-}
-
-/// The queue URL, parsed: `http(s)://host/<account>/<queue name>`.
-fn queue_url(text: &str) -> anyhow::Result<url::Url> {
-    let bad = |why: String| {
-        anyhow!(
-            "key `queue_url` = `{text}` is not an Amazon SQS queue URL such as \
-             https://sqs.us-east-1.amazonaws.com/123456789012/orders: {why}"
-        )
-    };
-    let url = url::Url::parse(text).map_err(|e| bad(e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad(format!("scheme `{}` is not https", url.scheme())));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("it has no host".into()));
-    }
-    let segments: Vec<&str> = url
-        .path_segments()
-        .map(|s| s.filter(|p| !p.is_empty()).collect())
-        .unwrap_or_default();
-    if segments.len() != 2 {
-        return Err(bad("the path must be /<account id>/<queue name>".into()));
-    }
-    Ok(url)
-}
-
-fn max_messages(config: &SqsTriggerConfig) -> anyhow::Result<u16> {
-    let n = config.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
-    if !(1..=MAX_BATCH).contains(&n) {
-        bail!("key `max_messages` = {n}: SQS returns 1 to {MAX_BATCH} messages per request; use a value in that range");
-    }
-    Ok(n)
 }
 
 /// The first non-empty of `names` in `env`.
@@ -529,6 +483,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spin_app_format::trigger::SqsTriggerConfig;
 
     /// The settings of a queue (max messages, wait) by name.
     fn settings(config: &SqsTriggerConfig) -> BTreeMap<&'static str, u64> {
