@@ -4,9 +4,7 @@
 
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi_http::p2::bindings as l;
-use wasmtime_wasi_http::{WasiHttp, WasiHttpCtxView, WasiHttpView as _};
-
-use crate::InstanceState;
+use wasmtime_wasi_http::{WasiHttp, WasiHttpCtxView, WasiHttpView};
 
 /// Bindings of `wasi:http/proxy@0.2.0-rc-2023-10-18`, resources mapped to 0.2's.
 #[allow(missing_docs, dead_code, clippy::all)]
@@ -52,7 +50,9 @@ use t::{
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable};
 
 /// Links the snapshot's `wasi:http/types` and `wasi:http/outgoing-handler`.
-pub(super) fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
+pub(super) fn add_to_linker<T: WasiHttpView + Send + 'static>(
+    linker: &mut Linker<T>,
+) -> anyhow::Result<()> {
     t::add_to_linker::<_, WasiHttp>(linker, |s| s.http())?;
     outgoing_handler::add_to_linker::<_, WasiHttp>(linker, |s| s.http())?;
     Ok(())
@@ -61,9 +61,9 @@ pub(super) fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Resul
 /// Calls the snapshot `incoming-handler` of a component instance in `store` with 0.2
 /// request and response-outparam resources (as the server makes them for 0.2 handlers).
 /// `instantiated` runs once the instance exists (for metrics).
-pub(crate) async fn call_handle(
-    pre: &ProxyPre<InstanceState>,
-    store: &mut wasmtime::Store<InstanceState>,
+pub(crate) async fn call_handle<T: Send + 'static>(
+    pre: &ProxyPre<T>,
+    store: &mut wasmtime::Store<T>,
     request: Resource<IncomingRequest>,
     out: Resource<ResponseOutparam>,
     instantiated: impl FnOnce(),

@@ -28,9 +28,8 @@ use wasmtime_wasi::filesystem::{WasiFilesystem, WasiFilesystemView as _};
 use wasmtime_wasi::p2::DynPollable;
 use wasmtime_wasi::random::{WasiRandom, WasiRandomCtx, WasiRandomView as _};
 use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView as _};
-use wasmtime_wasi::TrappableError;
-
-use crate::InstanceState;
+use wasmtime_wasi::{TrappableError, WasiView};
+use wasmtime_wasi_http::WasiHttpView;
 
 /// The package version of the snapshot, as it appears in import names.
 pub const VERSION: &str = "0.2.0-rc-2023-10-18";
@@ -183,11 +182,14 @@ impl HasData for Io {
 }
 
 /// Links every interface of the snapshot's `wasi:cli/reactor` world and its
-/// `wasi:http/types` and `wasi:http/outgoing-handler` into `linker`, beside WASI 0.2.
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
+/// `wasi:http/types` and `wasi:http/outgoing-handler` into `linker`, beside WASI 0.2, for
+/// any store data that gives WASI and WASI HTTP views.
+pub fn add_to_linker<T: WasiView + WasiHttpView + 'static>(
+    linker: &mut Linker<T>,
+) -> anyhow::Result<()> {
     let l = linker;
-    rc::io::poll::add_to_linker::<_, Io>(l, |t| &mut t.table)?;
-    rc::io::streams::add_to_linker::<_, Io>(l, |t| &mut t.table)?;
+    rc::io::poll::add_to_linker::<_, Io>(l, |t| t.ctx().table)?;
+    rc::io::streams::add_to_linker::<_, Io>(l, |t| t.ctx().table)?;
     rc::clocks::monotonic_clock::add_to_linker::<_, WasiClocks>(l, |t| t.clocks())?;
     rc::clocks::wall_clock::add_to_linker::<_, WasiClocks>(l, |t| t.clocks())?;
     rc::clocks::timezone::add_to_linker::<_, WasiClocks>(l, |t| t.clocks())?;
