@@ -10,7 +10,10 @@
 //! - JetStream: a pull consumer of `stream` filtered on `subject`: the existing `consumer`,
 //!   a durable one named `durable` (created when missing), or else an ephemeral one. `ok`
 //!   acknowledges a message; an error asks for redelivery (NAK) after the triggers' backoff
-//!   for its delivery count (200 ms doubling to 5 s).
+//!   for its delivery count (200 ms doubling to 5 s). Messages are pulled one at a time,
+//!   each once the previous one is settled, and marked in progress every half ack wait
+//!   while their handler runs: none is delivered again meanwhile, and none is left waiting
+//!   in a stopping client.
 //!
 //! Each entry has its own connection. A lost or refused connection is logged and retried
 //! with the triggers' backoff (200 ms doubling to 5 s) and the subscription is renewed; on
@@ -35,6 +38,8 @@ pub const INBOUND_NATS: &str = "spin:nats-trigger/inbound-nats@0.1.0";
 
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the server holds a JetStream pull request open while no message is there.
+const PULL_WAIT: Duration = Duration::from_secs(5);
 
 /// `inbound-nats.message`.
 #[derive(ComponentType, Lower, Debug, Clone)]
@@ -135,6 +140,92 @@ pub(crate) fn prepare(
         .collect()
 }
 
+/// Verifies the server as the trust store's config does, logging why a certificate is
+/// refused: async-nats reports a failed handshake only as "TLS error".
+#[derive(Debug)]
+struct NamedVerifier {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    trigger: String,
+    server: String,
+}
+
+impl rustls::client::danger::ServerCertVerifier for NamedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+            .inspect_err(|e| {
+                tracing::error!(
+                    trigger = %self.trigger,
+                    server = %self.server,
+                    "nats trigger: the server's certificate is refused ({e}); trust a private \
+                     CA by naming its PEM file with SSL_CERT_FILE (or a directory with \
+                     SSL_CERT_DIR) in the container's environment"
+                )
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The trust store's data-service config (platform roots plus Mozilla's), its verifier
+/// wrapped in a [`NamedVerifier`].
+fn verifying_config(trigger: &str, server: &str) -> rustls::ClientConfig {
+    let store = crate::host::tls::trust_store();
+    let mut config = (*store.data.config).clone();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(
+        store
+            .platform
+            .iter()
+            .chain(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter())
+            .cloned(),
+    );
+    let provider = config.crypto_provider().clone();
+    match rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+    {
+        Ok(inner) => {
+            config
+                .dangerous()
+                .set_certificate_verifier(Arc::new(NamedVerifier {
+                    inner,
+                    trigger: trigger.to_string(),
+                    server: server.to_string(),
+                }));
+        }
+        // No usable root at all: the trust store's own config refuses every server alike.
+        Err(e) => tracing::warn!(trigger = %trigger, "nats trigger: TLS roots: {e}"),
+    }
+    config
+}
+
 /// The triggers' backoff for reconnection attempt `n` (1-based): 200 ms doubling to 5 s.
 fn reconnect_delay(attempt: usize) -> Duration {
     let mut backoff = Duration::from_millis(200);
@@ -185,7 +276,7 @@ impl Listener {
         if self.address.starts_with("tls://") {
             options = options
                 .require_tls(true)
-                .tls_client_config((*crate::host::tls::trust_store().data.config).clone());
+                .tls_client_config(verifying_config(&self.trigger, &shown));
         }
         let client = match options.connect(self.address.as_str()).await {
             Ok(c) => c,
@@ -246,16 +337,17 @@ impl Listener {
         );
         loop {
             tokio::select! {
+                biased;
+                _ = stop.wait() => {
+                    let _ = subscriber.unsubscribe().await;
+                    return Ok(());
+                }
                 m = subscriber.next() => match m {
                     Some(m) => {
                         let _ = self.handle(app, &m).await;
                     }
                     None => bail!("the subscription ended"),
                 },
-                _ = stop.wait() => {
-                    let _ = subscriber.unsubscribe().await;
-                    return Ok(());
-                }
             }
         }
     }
@@ -297,33 +389,72 @@ impl Listener {
                 .await
                 .with_context(|| format!("a consumer of stream `{}`", js.stream))?,
         };
-        let mut messages = consumer.messages().await.context("pull messages")?;
         tracing::info!(
             trigger = %self.trigger,
             stream = %js.stream,
             subject = %self.subject,
             "nats trigger subscribed (JetStream pull consumer)"
         );
+        // A handler that runs longer than the consumer's ack wait would get its message
+        // redelivered meanwhile: tell the server it is in progress every half ack wait.
+        let ack_wait = Some(consumer.cached_info().config.ack_wait)
+            .filter(|w| !w.is_zero())
+            .unwrap_or(Duration::from_secs(30));
+        loop {
+            // One message per pull request, asked for once the previous one is settled:
+            // none waits in this client, where its ack wait would run out unseen (it would
+            // be delivered again, or after a stop only once the ack wait has passed).
+            let pulled = tokio::select! {
+                biased;
+                _ = stop.wait() => return Ok(()),
+                b = consumer.batch().max_messages(1).expires(PULL_WAIT).messages() => b,
+            };
+            let mut batch = pulled.context("pull request")?;
+            let m = tokio::select! {
+                biased;
+                _ = stop.wait() => return Ok(()),
+                m = batch.next() => m,
+            };
+            let m = match m {
+                // The request expired without a message.
+                None => continue,
+                Some(Err(e)) => bail!("the pull request failed: {e}"),
+                Some(Ok(m)) => m,
+            };
+            let acked = if self.handle_in_progress(app, &m, ack_wait).await {
+                m.ack().await
+            } else {
+                // Redelivered after the triggers' backoff for its delivery count.
+                let delivered = m.info().map(|i| i.delivered).unwrap_or(1);
+                let delay = reconnect_delay(usize::try_from(delivered).unwrap_or(1));
+                m.ack_with(jetstream::AckKind::Nak(Some(delay))).await
+            };
+            if let Err(e) = acked {
+                tracing::warn!(trigger = %self.trigger, "nats: cannot acknowledge the message: {e}");
+            }
+        }
+    }
+
+    /// [`Self::handle`] for a JetStream message, marking it in progress every half
+    /// `ack_wait` while the handler runs.
+    async fn handle_in_progress(
+        &self,
+        app: &LoadedApp,
+        m: &jetstream::Message,
+        ack_wait: Duration,
+    ) -> bool {
+        let every = (ack_wait / 2).max(Duration::from_millis(100));
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let handling = self.handle(app, m);
+        tokio::pin!(handling);
         loop {
             tokio::select! {
-                m = messages.next() => match m {
-                    Some(Ok(m)) => {
-                        let acked = if self.handle(app, &m).await {
-                            m.ack().await
-                        } else {
-                            // Redelivered after the triggers' backoff for its delivery count.
-                            let delivered = m.info().map(|i| i.delivered).unwrap_or(1);
-                            let delay = reconnect_delay(usize::try_from(delivered).unwrap_or(1));
-                            m.ack_with(jetstream::AckKind::Nak(Some(delay))).await
-                        };
-                        if let Err(e) = acked {
-                            tracing::warn!(trigger = %self.trigger, "nats: cannot acknowledge the message: {e}");
-                        }
+                handled = &mut handling => return handled,
+                _ = ticks.tick() => {
+                    if let Err(e) = m.ack_with(jetstream::AckKind::Progress).await {
+                        tracing::warn!(trigger = %self.trigger, "nats: cannot mark the message in progress: {e}");
                     }
-                    Some(Err(e)) => bail!("the consumer's message stream failed: {e}"),
-                    None => bail!("the consumer's message stream ended"),
-                },
-                _ = stop.wait() => return Ok(()),
+                }
             }
         }
     }
