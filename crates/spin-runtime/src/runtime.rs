@@ -600,13 +600,12 @@ fn link(
     if middleware {
         crate::middleware::define_denied(linker, engine, wasm)?;
     }
-    let instance_pre =
-        linker
-            .instantiate_pre(wasm)
-            .map_err(|e| match host::link_error(engine, wasm, id) {
-                Some(msg) => anyhow!("{msg}"),
-                None => anyhow!("component `{id}` cannot be linked: {e:#}"),
-            })?;
+    let instance_pre = linker
+        .instantiate_pre(wasm)
+        .map_err(|e| match crate::state::link_error(engine, wasm, id) {
+            Some(msg) => anyhow!("{msg}"),
+            None => anyhow!("component `{id}` cannot be linked: {e:#}"),
+        })?;
     let pre = match http {
         Some(HttpUse::Handler) => Some(http_pre(&instance_pre, id)?),
         Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(crate::wagi::prepare(

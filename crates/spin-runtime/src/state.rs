@@ -91,7 +91,7 @@ impl WasiHttpHooks for HostState {
             );
         }
         let verdict = match verdict {
-            Ok(()) if crate::chain::is_self_request(request.uri()) => {
+            Ok(()) if host::outbound::is_self_request(request.uri()) => {
                 self.chain.to_self(&mut request)
             }
             v => v,
@@ -158,4 +158,142 @@ fn record_outbound<B, E: std::fmt::Debug>(r: &Result<(http::Response<B>, impl Si
         }
         Err(e) => otel_export::set_error(&span, format!("{e:?}")),
     }
+}
+
+// ---- Why a component does not link: what the instance layer links, all floors together ----
+
+/// WASI packages the runtime links besides [`host::HOST_INTERFACES`] (wasmtime-wasi's
+/// `wasi:*@0.2.x` and wasi:http), as `package/interface` without version: any 0.2.x
+/// version of them links.
+const WASI_INTERFACES: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+    "wasi:http/types",
+    "wasi:http/outgoing-handler",
+];
+
+/// Whether the runtime links import `name` (`ns:pkg/iface[@version]`).
+fn provides(name: &str) -> bool {
+    if host::HOST_INTERFACES.contains(&name)
+        || host::otel::INTERFACES.contains(&name)
+        || crate::p3::provides(name)
+        || crate::wasi_rc::provides(name)
+    {
+        return true;
+    }
+    let (path, version) = name.split_once('@').unwrap_or((name, ""));
+    WASI_INTERFACES.contains(&path) && version.starts_with("0.2.") && !version.contains('-')
+}
+
+/// The interface we provide that is nearest to `name`: the same interface in another
+/// version if there is one (the newest we have), else the one with the fewest character
+/// edits.
+pub fn nearest_interface(name: &str) -> &'static str {
+    let path = name.split_once('@').map_or(name, |(p, _)| p);
+    let candidates = host::HOST_INTERFACES.iter().copied().chain(
+        WASI_INTERFACES
+            .iter()
+            .copied()
+            .filter(|w| !w.starts_with("wasi:cli/terminal")),
+    );
+    let mut best: Option<(usize, &'static str)> = None;
+    for candidate in candidates {
+        let cand_path = candidate.split_once('@').map_or(candidate, |(p, _)| p);
+        let same_name = cand_path.rsplit('/').next() == path.rsplit('/').next();
+        let distance = if cand_path == path {
+            0
+        } else if same_name {
+            1
+        } else {
+            2 + edit_distance(path, cand_path)
+        };
+        // HOST_INTERFACES lists versions oldest first: a later same-path entry wins.
+        if best.is_none_or(|(d, _)| distance < d || (distance == 0 && d == 0)) {
+            best = Some((distance, candidate));
+        }
+    }
+    best.map_or("", |(_, c)| c)
+}
+
+/// Levenshtein distance between two short names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Explains why `component` (id `id`) does not link: each instance import this runtime
+/// does not provide, with the nearest one it does. `None` when every import is provided
+/// (the link error is then about types, and wasmtime's message says it).
+pub fn link_error(
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    id: &str,
+) -> Option<String> {
+    let missing: Vec<String> = component
+        .component_type()
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.contains(':') && !provides(name))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = missing
+        .iter()
+        .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
+        .collect();
+    Some(format!(
+        "component `{id}` imports {} that no Spin version provides and this runtime does \
+         not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
+         3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
+         spin:sqlite@3.0.0, wasi:keyvalue, wasi:config, WASI 0.2 and Spin 2.0's WASI \
+         0.2.0-rc-2023-10-18; and Spin 4's: WASI \
+         0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot), {})",
+        if missing.len() == 1 {
+            "an interface"
+        } else {
+            "interfaces"
+        },
+        list.join(", "),
+        crate::p3::SPIN4_INTERFACES.join(", ")
+    ))
 }

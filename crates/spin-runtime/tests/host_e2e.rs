@@ -353,16 +353,31 @@ fn runtime_config_variables_providers() {
         let e = start_failure(app.path(), &[("API_TOKEN", "t")]);
         assert!(e.contains(want), "{kind}: {e}");
     }
-    // An unknown runtime-config section is named in a warning, never silently dropped.
+    // An unknown runtime-config section stops the start naming it, as Spin's "unused
+    // runtime config key(s)"; Spin's own top-level keys load, with a warning.
     std::fs::write(
         app.path().join("runtime-config.toml"),
         "[made_up_section]\nx = 1\n",
     )
     .unwrap();
+    let e = start_failure(app.path(), &[("API_TOKEN", "t")]);
+    assert!(
+        e.contains("runtime-config.toml")
+            && e.contains("unused runtime config key(s): made_up_section"),
+        "{e}"
+    );
+    std::fs::write(
+        app.path().join("runtime-config.toml"),
+        "state_dir = \".spin-elsewhere\"\n",
+    )
+    .unwrap();
     let server = Server::start(app.path(), &[("API_TOKEN", "t")]);
     assert_eq!(server.get("/token").text(), "t");
-    let log = log_with(&server, "made_up_section");
-    assert!(log.contains("`made_up_section` is not used"), "{log}");
+    let log = log_with(&server, "state_dir");
+    assert!(
+        log.contains("`state_dir` is read by Spin's CLI but not applied"),
+        "{log}"
+    );
 }
 
 /// `[[client_tls]]` against a real TLS server (`openssl s_server` requiring a client

@@ -10,7 +10,6 @@ use wasmtime::component::Linker;
 
 use super::runtime_config::Source;
 use super::variables::Resolved;
-use super::HostState;
 use crate::app::{App, Component};
 
 /// One host interface: its runtime-config sections, its per-app state and its
@@ -76,9 +75,24 @@ pub struct ComponentContext<'a> {
     pub variables: &'a BTreeMap<String, Resolved>,
 }
 
-/// Store data that holds a [`HostState`]: how linking reaches the host features from the
-/// instance's data type (implemented by the instance layer).
-pub trait HostView: Send + 'static {
-    /// The instance's host-feature state.
-    fn host(&mut self) -> &mut HostState;
+/// The per-app state of a feature whose runtime config defines labelled resources (stores,
+/// databases): the definitions, and where the `default` one lives.
+pub struct Labelled<D> {
+    /// Definitions by label.
+    pub definitions: BTreeMap<String, D>,
+    /// The state directory (the `default` resource's home).
+    pub state_dir: PathBuf,
+    /// The app directory (identifies the app's in-memory resources).
+    pub app_dir: PathBuf,
+}
+
+impl<D: Clone> Labelled<D> {
+    /// The definitions of `config` for the app of `cx`.
+    pub fn new(config: &BTreeMap<String, D>, cx: &AppContext<'_>) -> Self {
+        Labelled {
+            definitions: config.clone(),
+            state_dir: cx.state_dir.clone(),
+            app_dir: cx.host.app_dir.clone(),
+        }
+    }
 }

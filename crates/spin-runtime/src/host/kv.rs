@@ -92,13 +92,6 @@ impl StoreDefinition {
 /// (linked on [`HostState`], which holds the guest's handles).
 pub struct KeyValue;
 
-/// The app's store definitions and where its default store lives.
-pub struct KvApp {
-    definitions: BTreeMap<String, StoreDefinition>,
-    state_dir: PathBuf,
-    app_dir: PathBuf,
-}
-
 /// The stores one component may open.
 #[derive(Clone, Default)]
 pub struct ComponentStores {
@@ -107,10 +100,10 @@ pub struct ComponentStores {
     stores: Arc<KvStores>,
 }
 
-impl super::HostFeature for KeyValue {
+impl super::feature::HostFeature for KeyValue {
     const SECTIONS: &'static [&'static str] = &["key_value_store"];
     type Config = BTreeMap<String, StoreDefinition>;
-    type App = KvApp;
+    type App = super::feature::Labelled<StoreDefinition>;
     type Instance = ComponentStores;
 
     fn parse(
@@ -124,16 +117,15 @@ impl super::HostFeature for KeyValue {
 
     fn build(
         config: &BTreeMap<String, StoreDefinition>,
-        cx: &super::AppContext<'_>,
-    ) -> anyhow::Result<KvApp> {
-        Ok(KvApp {
-            definitions: config.clone(),
-            state_dir: cx.state_dir.clone(),
-            app_dir: cx.host.app_dir.clone(),
-        })
+        cx: &super::feature::AppContext<'_>,
+    ) -> anyhow::Result<Self::App> {
+        Ok(super::feature::Labelled::new(config, cx))
     }
 
-    fn instance(app: &KvApp, cx: &super::ComponentContext<'_>) -> anyhow::Result<ComponentStores> {
+    fn instance(
+        app: &Self::App,
+        cx: &super::feature::ComponentContext<'_>,
+    ) -> anyhow::Result<ComponentStores> {
         let component = cx.component;
         let labels: BTreeSet<String> = component.key_value_stores.iter().cloned().collect();
         let stores = if labels.is_empty() {
@@ -986,13 +978,13 @@ mod v3 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
     use super::{spin_err, spin_kv, OpenError, StoreHandle};
-    use crate::host::{stream_and_future, with_host, Accessor};
+    use crate::host::{stream_and_future, with_host, Accessor, HostView};
 
     type Error = spin_kv::Error;
     type Handle = Resource<StoreHandle>;
 
-    pub(super) async fn open(
-        acc: &Accessor,
+    pub(super) async fn open<T: HostView>(
+        acc: &Accessor<T>,
         label: String,
     ) -> wasmtime::Result<Result<Handle, Error>> {
         with_host(acc, |h| {
@@ -1004,8 +996,8 @@ mod v3 {
         })
     }
 
-    pub(super) async fn get(
-        acc: &Accessor,
+    pub(super) async fn get<T: HostView>(
+        acc: &Accessor<T>,
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
@@ -1013,8 +1005,8 @@ mod v3 {
         Ok(store.get(&key).await.map_err(spin_err))
     }
 
-    pub(super) async fn set(
-        acc: &Accessor,
+    pub(super) async fn set<T: HostView>(
+        acc: &Accessor<T>,
         this: Handle,
         key: String,
         value: Vec<u8>,
@@ -1023,8 +1015,8 @@ mod v3 {
         Ok(store.set(&key, &value).await.map_err(spin_err))
     }
 
-    pub(super) async fn delete(
-        acc: &Accessor,
+    pub(super) async fn delete<T: HostView>(
+        acc: &Accessor<T>,
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<(), Error>> {
@@ -1032,8 +1024,8 @@ mod v3 {
         Ok(store.delete(&key).await.map_err(spin_err))
     }
 
-    pub(super) async fn exists(
-        acc: &Accessor,
+    pub(super) async fn exists<T: HostView>(
+        acc: &Accessor<T>,
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<bool, Error>> {
@@ -1041,8 +1033,8 @@ mod v3 {
         Ok(store.exists(&key).await.map_err(spin_err))
     }
 
-    pub(super) async fn get_keys(
-        acc: &Accessor,
+    pub(super) async fn get_keys<T: HostView>(
+        acc: &Accessor<T>,
         this: Handle,
     ) -> wasmtime::Result<(StreamReader<String>, FutureReader<Result<(), Error>>)> {
         let store = with_host(acc, |h| h.store_of(&this))?;
@@ -1054,8 +1046,8 @@ mod v3 {
 }
 
 /// Adds `spin:key-value/key-value@3.0.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     const INTERFACE: &str = "key-value";
     let mut inst = linker.instance("spin:key-value/key-value@3.0.0")?;

@@ -36,8 +36,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 
 use super::bindings::fermyon::spin2_0_0::llm as v2;
+use super::feature::HostFeature;
 use super::sqlite::MAX_RESULT_BYTES;
-use super::HostFeature;
 
 /// The message of Spin built without a local LLM engine.
 pub const NO_LOCAL_ENGINE: &str = "Local LLM operations are not supported in this version of Spin.";
@@ -92,13 +92,16 @@ impl HostFeature for Llm {
         }
     }
 
-    fn build(config: &LlmCompute, _: &super::AppContext<'_>) -> anyhow::Result<Arc<LlmCompute>> {
+    fn build(
+        config: &LlmCompute,
+        _: &super::feature::AppContext<'_>,
+    ) -> anyhow::Result<Arc<LlmCompute>> {
         Ok(Arc::new(config.clone()))
     }
 
     fn instance(
         app: &Arc<LlmCompute>,
-        cx: &super::ComponentContext<'_>,
+        cx: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<ComponentLlm> {
         Ok(ComponentLlm {
             models: Arc::new(cx.component.ai_models.iter().cloned().collect()),
@@ -110,7 +113,10 @@ impl HostFeature for Llm {
         linker: &mut wasmtime::component::Linker<T>,
         get: fn(&mut T) -> &mut ComponentLlm,
     ) -> anyhow::Result<()> {
-        Ok(v2::add_to_linker::<T, wasmtime::component::HasSelf<ComponentLlm>>(linker, get)?)
+        Ok(v2::add_to_linker::<
+            T,
+            wasmtime::component::HasSelf<ComponentLlm>,
+        >(linker, get)?)
     }
 }
 

@@ -3,18 +3,21 @@
 //! `async func` forms of them, the `allowed_outbound_hosts` allow-list for them and for
 //! outbound HTTP.
 //!
+//! Each interface is a host feature ([`HostFeature`], listed once in [`host_features!`]):
+//! it owns its runtime-config sections, its per-app and per-instance state and its linking.
 //! The runtime core uses exactly these items:
-//! - [`HostState::new`] once per component when the app loads (a required variable without
-//!   a value, a bad `allowed_outbound_hosts` entry, an undefined key-value store or SQLite
-//!   database fails the start); every request then gets a `clone()` (cheap: shared state
-//!   behind an `Arc`, and a fresh resource table).
-//! - [`add_to_linker`] once per engine: every interface of `wit/host.wit`
-//!   ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`, `spin:*@3.0.0`/`@4.0.0` and
-//!   unversioned forms Spin 3.6 links.
+//! - [`AppHost::new`] once per app: reads the runtime config once and builds every feature's
+//!   per-app state (a malformed or unknown section, or a required variable without a value,
+//!   fails the start).
+//! - [`HostState::new`] once per component (a bad `allowed_outbound_hosts` entry, an
+//!   undefined key-value store or SQLite database fails the start); every request then gets
+//!   a `clone()` (cheap: shared state behind `Arc`s, and a fresh resource table).
+//! - [`add_to_linker`] once per engine, for any store data that is a [`HostView`]: every
+//!   interface of `wit/host.wit` ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`,
+//!   `spin:*@3.0.0`/`@4.0.0` and unversioned forms Spin 3.6 links.
 //! - [`add_spin4_to_linker`] once per engine (from [`crate::p3::add_to_linker`]): Spin 4's
 //!   interfaces, linked with the dynamic linker on the same backends.
 //! - [`check_outbound`] from the `send_request` hook before any outbound HTTP request.
-//! - [`link_error`] to explain a component whose imports do not link.
 //!
 //! The WIT comes from the published spin-sdk crate (see `build.rs`); the world we
 //! implement is `wit/host.wit`.
@@ -63,10 +66,10 @@ macro_rules! async_func {
         let module: &'static str = $module;
         $inst.func_wrap_concurrent(
             $name,
-            move |acc: &wasmtime::component::Accessor<crate::InstanceState>,
+            move |acc: &wasmtime::component::Accessor<T>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = acc.with(|mut a| crate::host::import_span(module, $name, &a.data_mut().host));
+                let span = acc.with(|mut a| crate::host::import_span(module, $name, crate::host::HostView::host(a.data_mut())));
                 Box::pin(async move { Ok(($f(acc, $($arg),*).await?,)) }.instrument(span))
             },
         )?
@@ -80,11 +83,11 @@ macro_rules! sync_func {
         let module: &'static str = $module;
         $inst.func_wrap(
             $name,
-            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+            move |mut store: wasmtime::StoreContextMut<'_, T>,
                   ($($arg,)*): ($($ty,)*)| {
-                let span = crate::host::import_span(module, $name, &store.data().host);
+                let span = crate::host::import_span(module, $name, crate::host::HostView::host(store.data_mut()));
                 let _entered = span.enter();
-                Ok(($f(&mut store.data_mut().host, $($arg),*)?,))
+                Ok(($f(crate::host::HostView::host(store.data_mut()), $($arg),*)?,))
             },
         )?
     }};
@@ -97,12 +100,12 @@ macro_rules! blocking_func {
         let module: &'static str = $module;
         $inst.func_wrap_async(
             $name,
-            move |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>,
+            move |mut store: wasmtime::StoreContextMut<'_, T>,
                   ($($arg,)*): ($($ty,)*)| {
                 use tracing::Instrument as _;
-                let span = crate::host::import_span(module, $name, &store.data().host);
+                let span = crate::host::import_span(module, $name, crate::host::HostView::host(store.data_mut()));
                 Box::new(
-                    async move { Ok(($f(&mut store.data_mut().host, $($arg),*).await?,)) }
+                    async move { Ok(($f(crate::host::HostView::host(store.data_mut()), $($arg),*).await?,)) }
                         .instrument(span),
                 )
             },
@@ -117,9 +120,9 @@ macro_rules! host_resource {
         $inst.resource(
             $name,
             wasmtime::component::ResourceType::host::<$ty>(),
-            |mut store: wasmtime::StoreContextMut<'_, crate::InstanceState>, rep: u32| {
+            |mut store: wasmtime::StoreContextMut<'_, T>, rep: u32| {
                 $drop(
-                    &mut store.data_mut().host,
+                    crate::host::HostView::host(store.data_mut()),
                     wasmtime::component::Resource::<$ty>::new_own(rep),
                 )
             },
@@ -153,8 +156,7 @@ use anyhow::Context as _;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 
 use crate::app::{App, Component};
-use crate::InstanceState;
-pub use feature::{AppContext, ComponentContext, HostContext, HostFeature, HostView};
+pub use feature::{AppContext, ComponentContext, HostContext, HostFeature, Labelled};
 use outbound::AllowedHosts;
 
 /// Bindings generated from the spin-sdk WIT for the world in `wit/host.wit`.
@@ -354,6 +356,13 @@ impl AppHost {
     pub fn variables(&self) -> &BTreeMap<String, variables::Resolved> {
         &self.features.variables.resolved
     }
+}
+
+/// Store data that holds a [`HostState`]: how linking reaches the host features from the
+/// instance's data type (implemented by the instance layer).
+pub trait HostView: Send + 'static {
+    /// The instance's host-feature state.
+    fn host(&mut self) -> &mut HostState;
 }
 
 /// What a component's instances share beyond the features: its id and allow-list.
@@ -556,12 +565,15 @@ fn load_runtime_config(ctx: &HostContext) -> anyhow::Result<RuntimeConfig> {
 }
 
 /// A concurrent host function's access to the store.
-pub(crate) type Accessor = wasmtime::component::Accessor<InstanceState>;
+pub(crate) type Accessor<T> = wasmtime::component::Accessor<T>;
 
 /// Runs `f` on the instance's [`HostState`] (between awaits of a concurrent host function:
 /// the store is not held across an await).
-pub(crate) fn with_host<R>(acc: &Accessor, f: impl FnOnce(&mut HostState) -> R) -> R {
-    acc.with(|mut access| f(&mut access.data_mut().host))
+pub(crate) fn with_host<T: HostView, R>(
+    acc: &Accessor<T>,
+    f: impl FnOnce(&mut HostState) -> R,
+) -> R {
+    acc.with(|mut access| f(access.data_mut().host()))
 }
 
 /// A stream and the future that resolves once its items are all delivered (a `tuple<stream<T>,
@@ -574,8 +586,8 @@ pub(crate) type StreamAndFuture<T, E> = (
 /// A stream of `items` and a future resolving to `result`, created in the instance's store.
 /// The items are all read before (each Spin 4 `async func` returning a stream reads its
 /// result as the plain form does, under the same caps, e.g. [`sqlite::MAX_RESULT_BYTES`]).
-pub(crate) fn stream_and_future<T, E>(
-    acc: &Accessor,
+pub(crate) fn stream_and_future<D: 'static, T, E>(
+    acc: &Accessor<D>,
     items: Vec<T>,
     result: Result<(), E>,
 ) -> wasmtime::Result<StreamAndFuture<T, E>>
@@ -608,8 +620,8 @@ where
 /// `spin:mqtt@3.0.0`, `spin:postgres@4.2.0` and `spin:mysql@3.0.0`, on the same backends,
 /// allow-lists and limits as their Spin 3 forms. Their WIT types are those of the older
 /// forms (same names, cases and fields), so the older forms' generated types are reused.
-pub fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<InstanceState>,
+pub fn add_spin4_to_linker<T: HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     kv::add_spin4_to_linker(linker)?;
     sqlite::add_spin4_to_linker(linker)?;
@@ -650,142 +662,6 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// WASI packages the runtime links besides [`HOST_INTERFACES`] (wasmtime-wasi's
-/// `wasi:*@0.2.x` and wasi:http), as `package/interface` without version: any 0.2.x
-/// version of them links.
-const WASI_INTERFACES: &[&str] = &[
-    "wasi:cli/environment",
-    "wasi:cli/exit",
-    "wasi:cli/stdin",
-    "wasi:cli/stdout",
-    "wasi:cli/stderr",
-    "wasi:cli/terminal-input",
-    "wasi:cli/terminal-output",
-    "wasi:cli/terminal-stdin",
-    "wasi:cli/terminal-stdout",
-    "wasi:cli/terminal-stderr",
-    "wasi:clocks/monotonic-clock",
-    "wasi:clocks/wall-clock",
-    "wasi:filesystem/types",
-    "wasi:filesystem/preopens",
-    "wasi:io/error",
-    "wasi:io/poll",
-    "wasi:io/streams",
-    "wasi:random/random",
-    "wasi:random/insecure",
-    "wasi:random/insecure-seed",
-    "wasi:sockets/network",
-    "wasi:sockets/instance-network",
-    "wasi:sockets/tcp",
-    "wasi:sockets/tcp-create-socket",
-    "wasi:sockets/udp",
-    "wasi:sockets/udp-create-socket",
-    "wasi:sockets/ip-name-lookup",
-    "wasi:http/types",
-    "wasi:http/outgoing-handler",
-];
-
-/// Whether the runtime links import `name` (`ns:pkg/iface[@version]`).
-fn provides(name: &str) -> bool {
-    if HOST_INTERFACES.contains(&name)
-        || otel::INTERFACES.contains(&name)
-        || crate::p3::provides(name)
-        || crate::wasi_rc::provides(name)
-    {
-        return true;
-    }
-    let (path, version) = name.split_once('@').unwrap_or((name, ""));
-    WASI_INTERFACES.contains(&path) && version.starts_with("0.2.") && !version.contains('-')
-}
-
-/// The interface we provide that is nearest to `name`: the same interface in another
-/// version if there is one (the newest we have), else the one with the fewest character
-/// edits.
-pub fn nearest_interface(name: &str) -> &'static str {
-    let path = name.split_once('@').map_or(name, |(p, _)| p);
-    let candidates = HOST_INTERFACES.iter().copied().chain(
-        WASI_INTERFACES
-            .iter()
-            .copied()
-            .filter(|w| !w.starts_with("wasi:cli/terminal")),
-    );
-    let mut best: Option<(usize, &'static str)> = None;
-    for candidate in candidates {
-        let cand_path = candidate.split_once('@').map_or(candidate, |(p, _)| p);
-        let same_name = cand_path.rsplit('/').next() == path.rsplit('/').next();
-        let distance = if cand_path == path {
-            0
-        } else if same_name {
-            1
-        } else {
-            2 + edit_distance(path, cand_path)
-        };
-        // HOST_INTERFACES lists versions oldest first: a later same-path entry wins.
-        if best.is_none_or(|(d, _)| distance < d || (distance == 0 && d == 0)) {
-            best = Some((distance, candidate));
-        }
-    }
-    best.map_or("", |(_, c)| c)
-}
-
-/// Levenshtein distance between two short names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(cur).min(row[j])
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
-
-/// Explains why `component` (id `id`) does not link: each instance import this runtime
-/// does not provide, with the nearest one it does. `None` when every import is provided
-/// (the link error is then about types, and wasmtime's message says it).
-pub fn link_error(
-    engine: &wasmtime::Engine,
-    component: &wasmtime::component::Component,
-    id: &str,
-) -> Option<String> {
-    let missing: Vec<String> = component
-        .component_type()
-        .imports(engine)
-        .map(|(name, _)| name.to_string())
-        .filter(|name| name.contains(':') && !provides(name))
-        .collect();
-    if missing.is_empty() {
-        return None;
-    }
-    let list: Vec<String> = missing
-        .iter()
-        .map(|m| format!("`{m}` (nearest provided: `{}`)", nearest_interface(m)))
-        .collect();
-    Some(format!(
-        "component `{id}` imports {} that no Spin version provides and this runtime does \
-         not link: {}. Rebuild it against a released Spin SDK (this runtime provides Spin \
-         3.x's interfaces: fermyon:spin@2.0.0, spin:postgres@3.0.0/@4.0.0, \
-         spin:sqlite@3.0.0, wasi:keyvalue, wasi:config, WASI 0.2 and Spin 2.0's WASI \
-         0.2.0-rc-2023-10-18; and Spin 4's: WASI \
-         0.3.0 (and its 0.3.0-rc-2026-03-15 snapshot), {})",
-        if missing.len() == 1 {
-            "an interface"
-        } else {
-            "interfaces"
-        },
-        list.join(", "),
-        crate::p3::SPIN4_INTERFACES.join(", ")
-    ))
-}
-
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.
 ///
 /// A denied request fails with `HttpRequestDenied` (as in Spin), and the log says which
@@ -793,7 +669,7 @@ pub fn link_error(
 pub fn check_outbound(state: &HostState, uri: &http::Uri) -> Result<(), wasmtime_wasi_http::Error> {
     let component = &state.component;
     // A request to the app itself may use either scheme (Spin's `check_relative_url`).
-    let allowed = if crate::chain::is_self_request(uri) {
+    let allowed = if outbound::is_self_request(uri) {
         ["http", "https"].iter().any(|s| {
             component
                 .allowed_hosts

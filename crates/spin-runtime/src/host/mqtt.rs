@@ -235,12 +235,12 @@ mod v3 {
     use wasmtime::component::Resource;
 
     use super::{Error, MqttConnection, Qos};
-    use crate::host::{with_host, Accessor};
+    use crate::host::{with_host, Accessor, HostView};
 
     pub(super) type Conn = Resource<MqttConnection>;
 
-    pub(super) async fn open(
-        acc: &Accessor,
+    pub(super) async fn open<T: HostView>(
+        acc: &Accessor<T>,
         address: String,
         username: String,
         password: String,
@@ -261,8 +261,8 @@ mod v3 {
         }))
     }
 
-    pub(super) async fn publish(
-        acc: &Accessor,
+    pub(super) async fn publish<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         topic: String,
         payload: Vec<u8>,
@@ -276,8 +276,8 @@ mod v3 {
 }
 
 /// Adds `spin:mqtt/mqtt@3.0.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "mqtt";

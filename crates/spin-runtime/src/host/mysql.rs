@@ -378,7 +378,7 @@ mod v3 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
     use super::{Column, DbValue, Error, MysqlConnection, ParameterValue};
-    use crate::host::{stream_and_future, with_host, Accessor};
+    use crate::host::{stream_and_future, with_host, Accessor, HostView};
 
     pub(super) type Conn = Resource<MysqlConnection>;
     type R<T> = wasmtime::Result<Result<T, Error>>;
@@ -388,7 +388,7 @@ mod v3 {
         FutureReader<Result<(), Error>>,
     );
 
-    pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
+    pub(super) async fn open<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
         let target = with_host(acc, |h| {
             let policy = h.network_policy().clone();
             (h.mysql_options(&address), policy, h.component.id.clone())
@@ -403,8 +403,8 @@ mod v3 {
         }))
     }
 
-    pub(super) async fn query(
-        acc: &Accessor,
+    pub(super) async fn query<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         statement: String,
         params: Vec<ParameterValue>,
@@ -423,8 +423,8 @@ mod v3 {
         }
     }
 
-    pub(super) async fn execute(
-        acc: &Accessor,
+    pub(super) async fn execute<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         statement: String,
         params: Vec<ParameterValue>,
@@ -439,8 +439,8 @@ mod v3 {
 }
 
 /// Adds `spin:mysql/mysql@3.0.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "mysql";

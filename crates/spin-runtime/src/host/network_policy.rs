@@ -59,7 +59,7 @@ pub const SECTIONS: &[&str] = &[
 /// guest interface: the outbound interfaces ask the instance's policy.
 pub struct Network;
 
-impl super::HostFeature for Network {
+impl super::feature::HostFeature for Network {
     const SECTIONS: &'static [&'static str] = SECTIONS;
     type Config = PolicyConfig;
     type App = Arc<NetworkPolicy>;
@@ -77,14 +77,14 @@ impl super::HostFeature for Network {
 
     fn build(
         config: &PolicyConfig,
-        cx: &super::AppContext<'_>,
+        cx: &super::feature::AppContext<'_>,
     ) -> anyhow::Result<Arc<NetworkPolicy>> {
         Ok(NetworkPolicy::for_app(&cx.host.app_dir, config))
     }
 
     fn instance(
         app: &Arc<NetworkPolicy>,
-        _: &super::ComponentContext<'_>,
+        _: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<Arc<NetworkPolicy>> {
         Ok(app.clone())
     }

@@ -522,6 +522,15 @@ impl hyper::body::Body for BetweenBytes {
     }
 }
 
+/// Whether a request URL addresses the app itself: no host (wasmtime-wasi-http gives a
+/// relative URL an empty host) or host `self.alt`.
+pub fn is_self_request(uri: &http::Uri) -> bool {
+    match uri.authority() {
+        None => true,
+        Some(a) => a.host().is_empty() || a.host().eq_ignore_ascii_case("self.alt"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

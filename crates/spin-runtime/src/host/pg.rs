@@ -1100,7 +1100,7 @@ mod v4_2 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
     use super::{v4, PgConnection, PgConnectionBuilder};
-    use crate::host::{stream_and_future, with_host, Accessor, HostState};
+    use crate::host::{stream_and_future, with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<PgConnection>;
     pub(super) type Builder = Resource<PgConnectionBuilder>;
@@ -1137,12 +1137,12 @@ mod v4_2 {
         h.drop_connection(this)
     }
 
-    pub(super) async fn open_async(acc: &Accessor, address: String) -> R<Conn> {
+    pub(super) async fn open_async<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
         open_with_root_async(acc, address, None).await
     }
 
-    async fn open_with_root_async(
-        acc: &Accessor,
+    async fn open_with_root_async<T: HostView>(
+        acc: &Accessor<T>,
         address: String,
         ca_root: Option<String>,
     ) -> R<Conn> {
@@ -1167,8 +1167,8 @@ mod v4_2 {
         Ok(with_host(acc, |h| h.pg_push(client)).map(Resource::new_own))
     }
 
-    pub(super) async fn query_async(
-        acc: &Accessor,
+    pub(super) async fn query_async<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         statement: String,
         params: Vec<v4::ParameterValue>,
@@ -1186,8 +1186,8 @@ mod v4_2 {
         }
     }
 
-    pub(super) async fn execute_async(
-        acc: &Accessor,
+    pub(super) async fn execute_async<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         statement: String,
         params: Vec<v4::ParameterValue>,
@@ -1239,7 +1239,10 @@ mod v4_2 {
             .map(Resource::new_own))
     }
 
-    pub(super) async fn builder_build_async(acc: &Accessor, this: Builder) -> R<Conn> {
+    pub(super) async fn builder_build_async<T: HostView>(
+        acc: &Accessor<T>,
+        this: Builder,
+    ) -> R<Conn> {
         let (address, ca_root) = with_host(acc, |h| builder_info(h, &this))?;
         open_with_root_async(acc, address, ca_root).await
     }
@@ -1251,8 +1254,8 @@ mod v4_2 {
 }
 
 /// Adds `spin:postgres/postgres@4.2.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v4::ParameterValue as P;
     use v4_2::{Builder, Conn};

@@ -329,7 +329,7 @@ mod v3 {
     use wasmtime::component::Resource;
 
     use super::{other, type_error_or_other, Error, RedisConnection, RedisParameter, RedisResult};
-    use crate::host::{with_host, Accessor};
+    use crate::host::{with_host, Accessor, HostView};
 
     pub(super) type Conn = Resource<RedisConnection>;
     type R<T> = wasmtime::Result<Result<T, Error>>;
@@ -344,7 +344,7 @@ mod v3 {
         };
     }
 
-    pub(super) async fn open(acc: &Accessor, address: String) -> R<Conn> {
+    pub(super) async fn open<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
         let (target, id) = with_host(acc, |h| {
             let policy = h.network_policy().clone();
             (
@@ -362,8 +362,8 @@ mod v3 {
         }))
     }
 
-    pub(super) async fn publish(
-        acc: &Accessor,
+    pub(super) async fn publish<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         channel: String,
         payload: Vec<u8>,
@@ -374,28 +374,41 @@ mod v3 {
             .map_err(other))
     }
 
-    pub(super) async fn get(acc: &Accessor, this: Conn, key: String) -> R<Option<Vec<u8>>> {
+    pub(super) async fn get<T: HostView>(
+        acc: &Accessor<T>,
+        this: Conn,
+        key: String,
+    ) -> R<Option<Vec<u8>>> {
         let mut c = conn!(acc, this);
         Ok(c.get::<_, Option<Vec<u8>>>(&key).await.map_err(other))
     }
 
-    pub(super) async fn set(acc: &Accessor, this: Conn, key: String, value: Vec<u8>) -> R<()> {
+    pub(super) async fn set<T: HostView>(
+        acc: &Accessor<T>,
+        this: Conn,
+        key: String,
+        value: Vec<u8>,
+    ) -> R<()> {
         let mut c = conn!(acc, this);
         Ok(c.set::<_, _, ()>(&key, &value).await.map_err(other))
     }
 
-    pub(super) async fn incr(acc: &Accessor, this: Conn, key: String) -> R<i64> {
+    pub(super) async fn incr<T: HostView>(acc: &Accessor<T>, this: Conn, key: String) -> R<i64> {
         let mut c = conn!(acc, this);
         Ok(c.incr::<_, _, i64>(&key, 1).await.map_err(other))
     }
 
-    pub(super) async fn del(acc: &Accessor, this: Conn, keys: Vec<String>) -> R<u32> {
+    pub(super) async fn del<T: HostView>(
+        acc: &Accessor<T>,
+        this: Conn,
+        keys: Vec<String>,
+    ) -> R<u32> {
         let mut c = conn!(acc, this);
         Ok(c.del::<_, u32>(&keys).await.map_err(other))
     }
 
-    pub(super) async fn sadd(
-        acc: &Accessor,
+    pub(super) async fn sadd<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         key: String,
         values: Vec<String>,
@@ -406,13 +419,17 @@ mod v3 {
             .map_err(type_error_or_other))
     }
 
-    pub(super) async fn smembers(acc: &Accessor, this: Conn, key: String) -> R<Vec<String>> {
+    pub(super) async fn smembers<T: HostView>(
+        acc: &Accessor<T>,
+        this: Conn,
+        key: String,
+    ) -> R<Vec<String>> {
         let mut c = conn!(acc, this);
         Ok(c.smembers::<_, Vec<String>>(&key).await.map_err(other))
     }
 
-    pub(super) async fn srem(
-        acc: &Accessor,
+    pub(super) async fn srem<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         key: String,
         values: Vec<String>,
@@ -421,8 +438,8 @@ mod v3 {
         Ok(c.srem::<_, _, u32>(&key, &values).await.map_err(other))
     }
 
-    pub(super) async fn execute(
-        acc: &Accessor,
+    pub(super) async fn execute<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         command: String,
         arguments: Vec<RedisParameter>,
@@ -433,8 +450,8 @@ mod v3 {
 }
 
 /// Adds `spin:redis/redis@3.0.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "redis";

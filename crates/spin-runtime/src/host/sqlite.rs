@@ -196,17 +196,10 @@ fn attach_rule(label: &str) -> String {
 /// `spin:sqlite@3.1.0` (linked on [`HostState`], which holds the guest's connections).
 pub struct Sqlite;
 
-/// The app's database definitions and where its default database lives.
-pub struct SqliteApp {
-    definitions: BTreeMap<String, DatabaseDefinition>,
-    state_dir: PathBuf,
-    app_dir: PathBuf,
-}
-
-impl super::HostFeature for Sqlite {
+impl super::feature::HostFeature for Sqlite {
     const SECTIONS: &'static [&'static str] = &["sqlite_database"];
     type Config = BTreeMap<String, DatabaseDefinition>;
-    type App = SqliteApp;
+    type App = super::feature::Labelled<DatabaseDefinition>;
     type Instance = Arc<Databases>;
 
     fn parse(
@@ -220,18 +213,14 @@ impl super::HostFeature for Sqlite {
 
     fn build(
         config: &BTreeMap<String, DatabaseDefinition>,
-        cx: &super::AppContext<'_>,
-    ) -> anyhow::Result<SqliteApp> {
-        Ok(SqliteApp {
-            definitions: config.clone(),
-            state_dir: cx.state_dir.clone(),
-            app_dir: cx.host.app_dir.clone(),
-        })
+        cx: &super::feature::AppContext<'_>,
+    ) -> anyhow::Result<Self::App> {
+        Ok(super::feature::Labelled::new(config, cx))
     }
 
     fn instance(
-        app: &SqliteApp,
-        cx: &super::ComponentContext<'_>,
+        app: &Self::App,
+        cx: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<Arc<Databases>> {
         let component = cx.component;
         let labels: BTreeSet<String> = component.sqlite_databases.iter().cloned().collect();
@@ -859,7 +848,7 @@ mod v3_1 {
 
     use super::v3::{self, HostConnection as _};
     use super::HostState;
-    use crate::host::{stream_and_future, with_host, Accessor};
+    use crate::host::{stream_and_future, with_host, Accessor, HostView};
 
     pub(super) type Conn = Resource<v3::Connection>;
     type Opened = wasmtime::Result<Result<Conn, v3::Error>>;
@@ -894,7 +883,7 @@ mod v3_1 {
         h.sqlite_drop(this.rep())
     }
 
-    pub(super) async fn open_async(acc: &Accessor, database: String) -> Opened {
+    pub(super) async fn open_async<T: HostView>(acc: &Accessor<T>, database: String) -> Opened {
         let db = match with_host(acc, |h| h.sqlite_database(&database)) {
             Ok(db) => db,
             Err(e) => return Ok(Err(e.into())),
@@ -908,8 +897,8 @@ mod v3_1 {
             .map_err(Into::into))
     }
 
-    pub(super) async fn execute_async(
-        acc: &Accessor,
+    pub(super) async fn execute_async<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
         statement: String,
         parameters: Vec<v3::Value>,
@@ -927,23 +916,26 @@ mod v3_1 {
         }
     }
 
-    pub(super) async fn last_insert_rowid_async(
-        acc: &Accessor,
+    pub(super) async fn last_insert_rowid_async<T: HostView>(
+        acc: &Accessor<T>,
         this: Conn,
     ) -> wasmtime::Result<i64> {
         let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
         Ok(super::last_insert_rowid(backend).await)
     }
 
-    pub(super) async fn changes_async(acc: &Accessor, this: Conn) -> wasmtime::Result<u64> {
+    pub(super) async fn changes_async<T: HostView>(
+        acc: &Accessor<T>,
+        this: Conn,
+    ) -> wasmtime::Result<u64> {
         let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
         Ok(super::changes(backend).await)
     }
 }
 
 /// Adds `spin:sqlite/sqlite@3.1.0`.
-pub(super) fn add_spin4_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+pub(super) fn add_spin4_to_linker<T: super::HostView>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3_1::Conn;
     const INTERFACE: &str = "sqlite";

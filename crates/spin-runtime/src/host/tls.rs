@@ -248,7 +248,7 @@ impl ComponentTls {
     }
 }
 
-impl super::HostFeature for ClientTlsFeature {
+impl super::feature::HostFeature for ClientTlsFeature {
     const SECTIONS: &'static [&'static str] = &["client_tls"];
     type Config = Vec<ClientTls>;
     type App = Vec<ClientTls>;
@@ -261,13 +261,16 @@ impl super::HostFeature for ClientTlsFeature {
         }
     }
 
-    fn build(config: &Vec<ClientTls>, _: &super::AppContext<'_>) -> anyhow::Result<Vec<ClientTls>> {
+    fn build(
+        config: &Vec<ClientTls>,
+        _: &super::feature::AppContext<'_>,
+    ) -> anyhow::Result<Vec<ClientTls>> {
         Ok(config.clone())
     }
 
     fn instance(
         app: &Vec<ClientTls>,
-        cx: &super::ComponentContext<'_>,
+        cx: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<ComponentTls> {
         let id = &cx.component.id;
         Ok(ComponentTls(

@@ -18,8 +18,9 @@ use anyhow::Context as _;
 use super::bindings::fermyon::spin::config as spin_config;
 use super::bindings::fermyon::spin2_0_0::variables as spin_variables;
 use super::bindings::wasi::config::store as wasi_config;
+use super::feature::HostFeature;
 use super::secret_stores::{self, AzureCredential, Remote, Store};
-use super::{HostFeature, HostState};
+use super::HostState;
 use crate::app::Variable;
 
 /// Prefix of the environment variables Spin's env provider reads.
@@ -485,7 +486,10 @@ impl HostFeature for Variables {
         Ok(out)
     }
 
-    fn build(config: &Vec<Provider>, cx: &super::AppContext<'_>) -> anyhow::Result<AppVariables> {
+    fn build(
+        config: &Vec<Provider>,
+        cx: &super::feature::AppContext<'_>,
+    ) -> anyhow::Result<AppVariables> {
         Ok(AppVariables {
             resolved: resolve_with(&cx.app.variables, &cx.host.env, config)?,
         })
@@ -493,7 +497,7 @@ impl HostFeature for Variables {
 
     fn instance(
         _: &AppVariables,
-        cx: &super::ComponentContext<'_>,
+        cx: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<ComponentVariables> {
         let c = cx.component;
         Ok(ComponentVariables {

@@ -28,14 +28,7 @@ pub fn chaining_target(uri: &http::Uri) -> Option<String> {
         .then(|| first.to_string())
 }
 
-/// Whether a request URL addresses the app itself: no host (wasmtime-wasi-http gives a
-/// relative URL an empty host) or host `self.alt`.
-pub fn is_self_request(uri: &http::Uri) -> bool {
-    match uri.authority() {
-        None => true,
-        Some(a) => a.host().is_empty() || a.host().eq_ignore_ascii_case("self.alt"),
-    }
-}
+pub use crate::host::outbound::is_self_request;
 
 /// Where an app's components send requests to their own app: the loaded app (for
 /// chaining) and its listener (for self requests), set when the app starts serving.
