@@ -392,6 +392,7 @@ fn lock_trigger_dependency(
     base: &Path,
     origin: &str,
     key: &str,
+    touch: Touch,
 ) -> anyhow::Result<LockedComponentDependency> {
     let (path, inherit) = match dep {
         TriggerDependency::AppComponent {
@@ -426,7 +427,7 @@ fn lock_trigger_dependency(
         ),
     };
     let file = base.join(path);
-    if !file.is_file() {
+    if touch == Touch::Host && !file.is_file() {
         bail!(
             "{origin}: key `{key}`: Wasm file `{path}` not found at {} (build it first, or fix \
              the path; it is relative to the manifest)",
@@ -473,6 +474,30 @@ fn component_spec(v: toml::Value, origin: &str, key: &str) -> anyhow::Result<Com
 /// Parses and locks manifest text; `base` (absolute) is where relative paths resolve and
 /// `origin` names the file in errors.
 pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> {
+    parse_with(text, base, origin, Touch::Host)
+}
+
+/// Locks manifest `text` as the runtime in a container locks its `/spin.toml`, without
+/// touching the filesystem or the network, for a host that reads the sources itself,
+/// confined to the container's rootfs (the shim, before the container starts): local
+/// sources become `file://` URLs of their paths under `/` (the container's view), URL
+/// sources `{ source = <url>, digest }` (checked, not fetched), and no files are listed
+/// (each `files` entry is only checked to stay inside the app). `origin` names the file in
+/// errors.
+pub fn lock_sources(text: &str, origin: &str) -> anyhow::Result<LockedApp> {
+    Ok(parse_with(text, Path::new("/"), origin, Touch::Nothing)?.locked)
+}
+
+/// What locking a manifest may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Touch {
+    /// This host's files (sources checked, files listed) and, for URL sources, the network.
+    Host,
+    /// Nothing ([`lock_sources`]).
+    Nothing,
+}
+
+fn parse_with(text: &str, base: &Path, origin: &str, touch: Touch) -> anyhow::Result<LocalApp> {
     check_version(text, origin)?;
     let manifest: AppManifest =
         toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
@@ -633,7 +658,7 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
                 .enumerate()
                 .map(|(i, d)| {
                     let key = format!("trigger `{}` dependencies.{role}[{i}]", e.id);
-                    lock_trigger_dependency(d, &components, base, origin, &key)
+                    lock_trigger_dependency(d, &components, base, origin, &key, touch)
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             trigger_dependencies.insert(role.clone(), locked);
@@ -650,7 +675,8 @@ pub fn parse(text: &str, base: &Path, origin: &str) -> anyhow::Result<LocalApp> 
     let mut files = Vec::new();
     for (id, c) in components.iter() {
         let key = format!("component.{id}");
-        let (component, local_files) = lock_component(id, c, base, origin, &key, &variables)?;
+        let (component, local_files) =
+            lock_component(id, c, base, origin, &key, &variables, touch)?;
         locked_components.push(component);
         files.push((id.clone(), local_files));
     }
@@ -706,199 +732,6 @@ fn check_version(text: &str, origin: &str) -> anyhow::Result<()> {
         ),
     }
     Ok(())
-}
-
-/// A component's Wasm source as the manifest writes it, for a host that reads sources
-/// itself (the shim compiles an image's components before its container starts, reading
-/// them confined to the rootfs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ComponentSource {
-    /// The component id, or `trigger.<type>[<n>].component` for an inline component.
-    pub id: String,
-    /// The local source path, relative to the manifest's directory, as written.
-    pub source: String,
-    /// Whether the component has `dependencies` (composed at load: its compiled form is
-    /// not that of `source`).
-    pub has_dependencies: bool,
-}
-
-/// An HTTP trigger's middleware composition as the manifest writes it, for a host that
-/// reads sources itself: the trigger's component source and each middleware's (outermost
-/// first), paths relative to the manifest's directory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MiddlewareSources {
-    /// `trigger.<type>[<n>]`.
-    pub trigger: String,
-    /// The trigger's component's local source.
-    pub component: String,
-    /// Each middleware's local source and what it inherits.
-    pub middleware: Vec<(String, InheritConfiguration)>,
-}
-
-/// The middleware compositions of manifest `text`'s triggers whose component and every
-/// middleware have local sources (others are left to the runtime, which reports them),
-/// without touching the filesystem. `origin` names the file in errors.
-pub fn middleware_sources(text: &str, origin: &str) -> anyhow::Result<Vec<MiddlewareSources>> {
-    check_version(text, origin)?;
-    let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
-    let local = |id: &str| match manifest.components.get(id).map(|c| &c.source) {
-        Some(SourceToml::Local(p)) => Some(p.clone()),
-        _ => None,
-    };
-    let mut out = Vec::new();
-    for (trigger_type, list) in manifest.triggers.iter() {
-        for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{}[{index}]", shown(trigger_type));
-            let Some(deps) = table.get("dependencies") else {
-                continue;
-            };
-            let deps = trigger_dependencies(deps.clone(), origin, &format!("{key}.dependencies"))?;
-            let Some(mw) = deps.get(crate::locked::MIDDLEWARE_KEY) else {
-                continue;
-            };
-            let Some(component) = table
-                .get("component")
-                .and_then(toml::Value::as_str)
-                .and_then(local)
-            else {
-                continue;
-            };
-            let middleware: Option<Vec<_>> = mw
-                .iter()
-                .map(|d| match d {
-                    TriggerDependency::AppComponent {
-                        component,
-                        inherit_configuration,
-                    } => local(component).map(|p| (p, locked_inherit(inherit_configuration))),
-                    TriggerDependency::Local {
-                        path,
-                        inherit_configuration,
-                    } => Some((path.clone(), locked_inherit(inherit_configuration))),
-                    _ => None,
-                })
-                .collect();
-            if let Some(middleware) = middleware {
-                out.push(MiddlewareSources {
-                    trigger: key,
-                    component,
-                    middleware,
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The local Wasm sources of manifest `text`'s components (remote and registry sources
-/// are skipped), without touching the filesystem, after checking every `files` entry
-/// stays inside the app. `origin` names the file in errors.
-pub fn component_sources(text: &str, origin: &str) -> anyhow::Result<Vec<ComponentSource>> {
-    let mut out = Vec::new();
-    each_component(text, origin, |id, key, c| {
-        check_files_confined(&c.files, origin, key)?;
-        if let SourceToml::Local(source) = &c.source {
-            out.push(ComponentSource {
-                id,
-                source: source.clone(),
-                has_dependencies: !c.dependencies.is_empty(),
-            });
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// The URL sources (`source = { url, digest }`) of manifest `text`'s components, named as
-/// [`component_sources`] names them, without touching the filesystem or the network (the
-/// shim downloads them at Create, [`crate::remote`]). `origin` names the file in errors.
-pub fn remote_sources(
-    text: &str,
-    origin: &str,
-) -> anyhow::Result<Vec<crate::remote::RemoteSource>> {
-    let mut out = Vec::new();
-    each_component(text, origin, |id, _, c| {
-        if let SourceToml::Remote { url, digest } = &c.source {
-            out.push(crate::remote::RemoteSource {
-                id,
-                url: url.clone(),
-                digest: digest.clone(),
-            });
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// Calls `f(id, key, component)` for each component of manifest `text`, declared or inline
-/// in a trigger (`id` then `trigger.<type>[<n>].component`).
-fn each_component(
-    text: &str,
-    origin: &str,
-    mut f: impl FnMut(String, &str, &ComponentToml) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    check_version(text, origin)?;
-    let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
-    for (id, c) in manifest.components.iter() {
-        f(id.clone(), &format!("component.{id}"), c)?;
-    }
-    for (trigger_type, list) in manifest.triggers.iter() {
-        for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{}[{index}]", shown(trigger_type));
-            let mut specs = Vec::new();
-            if let Some(v) = table.get("component") {
-                specs.push((format!("{key}.component"), v.clone()));
-            }
-            if let Some(toml::Value::Table(t)) = table.get("components") {
-                for (role, v) in t {
-                    let k = format!("{key}.components.{role}");
-                    match v {
-                        toml::Value::Array(a) => {
-                            specs.extend(a.iter().map(|v| (k.clone(), v.clone())))
-                        }
-                        one => specs.push((k, one.clone())),
-                    }
-                }
-            }
-            for (k, v) in specs {
-                if let ComponentSpec::Inline(c) = component_spec(v, origin, &k)? {
-                    f(k.clone(), &k, &c)?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The components of manifest `text` that a trigger other than HTTP runs (Redis, MQTT,
-/// cron, command, ...), named as [`component_sources`] names them: the component id, or
-/// `trigger.<type>[<n>].component` for an inline component. Such a component's code must
-/// be final before it starts: an event trigger's loop keeps the code it started with.
-/// `origin` names the file in errors.
-pub fn event_trigger_components(
-    text: &str,
-    origin: &str,
-) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    check_version(text, origin)?;
-    let manifest: AppManifest =
-        toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", toml_error(&e, text)))?;
-    let mut out = std::collections::BTreeSet::new();
-    for (trigger_type, list) in manifest.triggers.iter() {
-        if trigger_type == crate::trigger::HTTP {
-            continue;
-        }
-        for (index, table) in list.iter().enumerate() {
-            let key = format!("trigger.{}[{index}].component", shown(trigger_type));
-            if let Some(v) = table.get("component") {
-                match component_spec(v.clone(), origin, &key)? {
-                    ComponentSpec::Reference(id) => out.insert(id),
-                    ComponentSpec::Inline(_) => out.insert(key),
-                };
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Spin's `normalize_trigger_ids`: `<component>-<type>-trigger` when free, else
@@ -1007,12 +840,13 @@ fn lock_component(
     origin: &str,
     key: &str,
     variables: &std::collections::BTreeMap<String, Variable>,
+    touch: Touch,
 ) -> anyhow::Result<(LockedComponent, Vec<LocalFile>)> {
     let source =
         match &c.source {
             SourceToml::Local(p) => {
                 let path = base.join(p);
-                if !path.is_file() {
+                if touch == Touch::Host && !path.is_file() {
                     bail!(
                         "{origin}: key `{key}.source`: Wasm file `{}` not found at {} (build the \
                      component first, or fix the path; it is relative to the manifest)",
@@ -1020,14 +854,27 @@ fn lock_component(
                         shown_path(&path)
                     );
                 }
-                path
+                ContentRef::file(&path)
             }
-            SourceToml::Remote { url, digest } => crate::remote::RemoteSource {
-                id: id.to_string(),
-                url: url.clone(),
-                digest: digest.clone(),
+            SourceToml::Remote { url, digest } => {
+                let remote = crate::remote::RemoteSource {
+                    id: id.to_string(),
+                    url: url.clone(),
+                    digest: digest.clone(),
+                };
+                let what = format!("{origin}: key `{key}.source`");
+                match touch {
+                    Touch::Host => ContentRef::file(&remote.resolve(&what)?),
+                    Touch::Nothing => {
+                        remote.check(&what)?;
+                        ContentRef {
+                            source: Some(url.clone()),
+                            digest: Some(digest.clone()),
+                            ..Default::default()
+                        }
+                    }
+                }
             }
-            .resolve(&format!("{origin}: key `{key}.source`"))?,
             SourceToml::Registry {
                 registry,
                 package,
@@ -1086,14 +933,20 @@ fn lock_component(
         metadata.insert("build".into(), serde_json::to_value(build)?);
     }
 
-    let (lock_files, local_files) = component_files(c, base, origin, key)?;
+    let (lock_files, local_files) = match touch {
+        Touch::Host => component_files(c, base, origin, key)?,
+        Touch::Nothing => {
+            check_files_confined(&c.files, origin, key)?;
+            Default::default()
+        }
+    };
     Ok((
         LockedComponent {
             id: id.to_string(),
             metadata,
             source: LockedComponentSource {
                 content_type: WASM_CONTENT_TYPE.into(),
-                content: ContentRef::file(&source),
+                content: source,
             },
             env: c
                 .environment

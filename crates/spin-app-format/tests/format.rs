@@ -500,113 +500,72 @@ fn redis_trigger_and_its_app_settings_are_typed() {
 }
 
 #[test]
-fn component_sources_read_nothing() {
-    let text = r#"spin_manifest_version = 2
+fn lock_sources_reads_nothing_and_locks_as_the_container_sees_the_app() {
+    let d = "sha256:".to_string() + &"ab".repeat(32);
+    let text = format!(
+        r#"spin_manifest_version = 2
 [application]
 name = "a"
 [[trigger.http]]
 route = "/a"
-component = { source = "in/line.wasm" }
+component = {{ source = "in/line.wasm" }}
 [[trigger.http]]
 route = "/b"
 component = "c"
+dependencies.middleware = [{{ path = "mw.wasm", inherit_configuration = true }}]
+[[trigger.cron]]
+cron_expression = "* * * * * *"
+component = "r"
 [component.c]
 source = "../c.wasm"
-files = ["static/*"]
-[component.d]
-source = { url = "https://example.com/d.wasm", digest = "sha256:00" }
-[component.e]
-source = "e.wasm"
-dependencies = { "x:y/z" = { path = "z.wasm" } }
-"#;
-    let got = manifest::component_sources(text, "m").unwrap();
-    let got: Vec<_> = got
-        .iter()
-        .map(|s| (s.id.as_str(), s.source.as_str(), s.has_dependencies))
-        .collect();
+files = ["static/*", {{ source = "missing", destination = "/m" }}]
+[component.r]
+source = {{ url = "https://h/r.wasm", digest = "{d}" }}
+"#
+    );
+    // None of these files exists: nothing is read, listed or fetched.
+    let lock = manifest::lock_sources(&text, "m").unwrap();
+    let source = |id: &str| {
+        let c = lock
+            .component(id)
+            .unwrap_or_else(|| panic!("no component {id}"));
+        assert!(c.files.is_empty(), "{id}: {:?}", c.files);
+        c.source.content.clone()
+    };
     assert_eq!(
-        got,
-        [
-            ("c", "../c.wasm", false),
-            ("e", "e.wasm", true),
-            ("trigger.http[0].component", "in/line.wasm", false)
-        ]
+        source("c").file_path().unwrap(),
+        std::path::Path::new("/../c.wasm")
+    );
+    assert_eq!(
+        source("http-trigger1-component").file_path().unwrap(),
+        std::path::Path::new("/in/line.wasm")
+    );
+    let r = source("r");
+    assert_eq!(
+        (r.source.as_deref(), r.digest.as_deref()),
+        (Some("https://h/r.wasm"), Some(d.as_str()))
+    );
+    let mw = &lock.component("c").unwrap().trigger_dependencies["middleware"][0];
+    assert_eq!(
+        mw.source.content.file_path().unwrap(),
+        std::path::Path::new("/mw.wasm")
     );
     let e = format!(
         "{:#}",
-        manifest::component_sources("spin_manifest_version = \"1\"", "/spin.toml").unwrap_err()
+        manifest::lock_sources("spin_manifest_version = \"1\"", "/spin.toml").unwrap_err()
     );
     assert!(e.contains("/spin.toml") && e.contains("version 1"), "{e}");
-}
-
-#[test]
-fn remote_sources_are_listed_without_fetching() {
-    let d = "sha256:".to_string() + &"ab".repeat(32);
-    let text = format!(
-        "spin_manifest_version = 2\n[application]\nname = \"a\"\n[[trigger.http]]\n\
-         route = \"/a\"\ncomponent = {{ source = {{ url = \"https://h/i.wasm\", digest = \"{d}\" }} }}\n\
-         [[trigger.http]]\nroute = \"/b\"\ncomponent = \"c\"\n[component.c]\n\
-         source = {{ url = \"https://h/c.wasm\", digest = \"{d}\" }}\n[component.l]\nsource = \"l.wasm\"\n"
-    );
-    let got: Vec<_> = manifest::remote_sources(&text, "m")
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.id, r.url, r.digest))
-        .collect();
-    assert_eq!(
-        got,
-        [
-            ("c".into(), "https://h/c.wasm".into(), d.clone()),
-            (
-                "trigger.http[0].component".into(),
-                "https://h/i.wasm".into(),
-                d.clone()
-            )
-        ]
-    );
-    assert!(manifest::component_sources(&text, "m")
-        .unwrap()
-        .iter()
-        .all(|s| s.id == "l"));
-}
-
-#[test]
-fn event_trigger_components_are_named_as_component_sources_names_them() {
-    let text = r#"spin_manifest_version = 2
-[application]
-name = "a"
-[[trigger.http]]
-route = "/a"
-component = "web"
-[[trigger.redis]]
-channel = "c"
-component = "worker"
-[[trigger.cron]]
-cron_expression = "* * * * * *"
-component = { source = "in/line.wasm" }
-[component.web]
-source = "web.wasm"
-[component.worker]
-source = "worker.wasm"
-"#;
-    let got = manifest::event_trigger_components(text, "m").unwrap();
-    assert_eq!(
-        got.into_iter().collect::<Vec<_>>(),
-        ["trigger.cron[0].component", "worker"]
-    );
-    let ids: Vec<_> = manifest::component_sources(text, "m")
-        .unwrap()
-        .into_iter()
-        .map(|s| s.id)
-        .collect();
+    // A URL source's digest is checked before anything would be fetched.
+    let bad = text.replace(&d, "sha256:00");
+    let e = format!("{:#}", manifest::lock_sources(&bad, "m").unwrap_err());
     assert!(
-        ids.contains(&"trigger.cron[0].component".to_string()),
-        "{ids:?}"
+        e.contains("component.r.source") && e.contains("sha256"),
+        "{e}"
     );
 }
 
 #[test]
-fn component_sources_refuse_files_outside_the_app() {
+fn lock_sources_refuses_files_outside_the_app() {
     for bad in [
         r#"files = [{ source = "/etc", destination = "/etc" }]"#,
         r#"files = [{ source = "a/../../b", destination = "/b" }]"#,
@@ -616,7 +575,7 @@ fn component_sources_refuse_files_outside_the_app() {
         let text = format!(
             "spin_manifest_version = 2\n[application]\nname = \"a\"\n[[trigger.http]]\nroute = \"/\"\ncomponent = \"c\"\n[component.c]\nsource = \"c.wasm\"\n{bad}\n"
         );
-        let e = format!("{:#}", manifest::component_sources(&text, "m").unwrap_err());
+        let e = format!("{:#}", manifest::lock_sources(&text, "m").unwrap_err());
         assert!(e.contains("component.c.files"), "{bad}: {e}");
     }
 }

@@ -112,7 +112,32 @@ pub enum AppSource {
     Manifest {
         /// The container's rootfs on the host.
         rootfs: PathBuf,
+        /// The manifest locked as the container will lock it, without touching the rootfs
+        /// ([`spin_app_format::manifest::lock_sources`]).
+        lock: spin_app_format::LockedApp,
     },
+}
+
+/// Largest `/spin.toml` the shim reads from a rootfs.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+impl AppSource {
+    /// The app of `/spin.toml` in `rootfs`, read once, confined to the rootfs, and locked
+    /// without touching anything else. Errors name `/spin.toml` and the key.
+    pub fn manifest(rootfs: &Path) -> anyhow::Result<AppSource> {
+        let root = wasm_shim_core::confined::Dir::open(rootfs)?;
+        let text = root.read_in_root(Path::new("spin.toml"), MAX_MANIFEST_BYTES)?;
+        let text = String::from_utf8(text).map_err(|e| {
+            anyhow::anyhow!(
+                "/spin.toml is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            )
+        })?;
+        Ok(AppSource::Manifest {
+            rootfs: rootfs.to_path_buf(),
+            lock: spin_app_format::manifest::lock_sources(&text, "/spin.toml")?,
+        })
+    }
 }
 
 /// A compiled entry: its file name (as the runtime looks it up) and host path.

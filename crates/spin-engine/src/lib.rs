@@ -134,9 +134,8 @@ impl Engine for SpinEngine {
                 None => tracing::debug!(id, "image is not a Wasm artifact"),
             }
         } else {
-            source = Some(AppSource::Manifest {
-                rootfs: p.rootfs.to_path_buf(),
-            });
+            source =
+                Some(AppSource::manifest(p.rootfs).with_context(|| format!("container {id}"))?);
         }
         let downloads = url_sources::download(id, source.as_ref()).await?;
         let compiled = match source {
@@ -216,20 +215,24 @@ fn load_artifact(app_dir: &Path) -> anyhow::Result<Option<App>> {
     }
     let bytes = std::fs::read(&locked)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", locked.display()))?;
-    let resolve = |c: &ContentRef| -> anyhow::Result<Content> {
-        match &c.digest {
-            Some(d) => Ok(Content::Path(blob_path(&artifact, d)?)),
-            None => anyhow::bail!(
-                "content {:?} of the locked app has no digest (artifacts reference content by digest)",
-                c.source
-            ),
-        }
-    };
+    let resolve = |c: &ContentRef| artifact_content(&artifact, c);
     let mut app = App::from_locked_json(&bytes, &resolve)?;
     app.oci_image_digest = std::fs::read_to_string(artifact.join(DIGEST_FILE))
         .ok()
         .map(|d| d.trim().to_string());
     Ok(Some(app))
+}
+
+/// Content `c` of the locked app of the artifact materialised in `artifact` (as the
+/// container sees it, or the shim's own directory): referenced by digest.
+pub(crate) fn artifact_content(artifact: &Path, c: &ContentRef) -> anyhow::Result<Content> {
+    match &c.digest {
+        Some(d) => Ok(Content::Path(blob_path(artifact, d)?)),
+        None => anyhow::bail!(
+            "content {:?} of the locked app has no digest (artifacts reference content by digest)",
+            c.source
+        ),
+    }
 }
 
 /// Runs the Spin app in the container: the materialised artifact if present, else

@@ -1,5 +1,7 @@
-//! Compiling a Spin app for its container, before it starts: each distinct component source
-//! is opened once (the same digest, or the same file however the manifest names it, is one
+//! Compiling a Spin app for its container, before it starts: the units are those of the
+//! runtime's compile plan ([`spin_runtime::engine::plan`]), built by the same function from
+//! the same app model the container will load, so every entry the shim writes is one the
+//! runtime looks up. Each distinct component source is opened once (the same digest, or the same file however the manifest names it, is one
 //! source), the distinct sources together are held to the app's byte budget
 //! (`SPIN_SHIM_MAX_APP_BYTES`) before they are read, anything that is not a Wasm binary is
 //! refused with a short error, and every compilation (and Spin 4 middleware composition)
@@ -7,7 +9,7 @@
 //! ([`crate::compile_helper`]). The shim keys each cache entry by the digest of the bytes it
 //! handed over and writes it itself.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -17,13 +19,16 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use sha2::{Digest, Sha256};
-use spin_runtime::compile_cache::{
+use spin_runtime::app::Content;
+use spin_runtime::engine::compile_cache::{
     baseline_compile_engine, compile_engine, entry_state, is_binary, CompileCache, EntryState,
     Reservation,
 };
-use spin_runtime::componentize::is_core_module;
+use spin_runtime::engine::componentize::is_core_module;
+use spin_runtime::engine::plan::{self, CompilePlan};
+use spin_runtime::engine::tier::TieringConfig;
 use spin_runtime::middleware::Inherit;
-use spin_runtime::tier::TieringConfig;
+use spin_runtime::App;
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::content::digest_hex;
 use wasm_shim_core::untrusted::{Limits, MAX_BYTES_ENV};
@@ -32,8 +37,6 @@ use crate::artifact::BLOBS_DIR;
 use crate::cache_mount::{AppSource, Entry};
 use crate::compile_helper::{Compiler, FailureKind, HelperError, Job, MiddlewarePart, Sandbox};
 
-/// Largest `/spin.toml` the shim reads from a rootfs.
-const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// Longest part of an untrusted name (a path from the manifest) quoted in an error.
 const MAX_NAME: usize = 200;
 
@@ -154,6 +157,32 @@ impl<'a> Inputs<'a> {
     }
 }
 
+impl Inputs<'_> {
+    /// Content the app holds in memory (inline in a locked app), copied once into a private
+    /// file.
+    fn bytes(&mut self, bytes: &[u8], origin: &str) -> anyhow::Result<Arc<Input>> {
+        let hex = hex::encode(Sha256::digest(bytes));
+        if let Some(i) = self.seen.get(&Identity::Digest(hex.clone())) {
+            return Ok(i.clone());
+        }
+        let len = bytes.len() as u64;
+        self.take(len, origin)?;
+        let mut copy = self.cache.scratch_file("source")?;
+        copy.write_all(bytes)
+            .with_context(|| format!("{origin}: copying it into the compile cache"))?;
+        let file = read_only(&copy)?;
+        let core_module = check_magic(&file, origin)?;
+        let input = Arc::new(Input {
+            file,
+            len,
+            digest: hex.clone(),
+            core_module,
+        });
+        self.seen.insert(Identity::Digest(hex), input.clone());
+        Ok(input)
+    }
+}
+
 /// A read-only descriptor of `f` (its own open file: a helper can read, never write it).
 fn read_only(f: &File) -> anyhow::Result<File> {
     let path = format!("/proc/self/fd/{}", f.as_raw_fd());
@@ -184,14 +213,13 @@ fn name(s: &str) -> String {
     crate::compile_helper::shown(s, MAX_NAME)
 }
 
-/// One thing to compile: a source as the runtime compiles it.
-struct Unit {
+/// One thing to compile: a unit of the runtime's compile plan and the inputs the shim
+/// verified for it.
+struct Unit<'a> {
     /// How errors and logs name it.
     label: String,
-    /// The component id (what the compiler's own errors name).
-    id: String,
-    /// Whether an event trigger (not HTTP) runs it: its code must be final at start.
-    event: bool,
+    /// The plan's unit (component id, whether it may start on baseline code).
+    plan: plan::Unit<'a>,
     what: What,
 }
 
@@ -205,145 +233,153 @@ enum What {
     },
 }
 
-/// Every component source of `source` that the runtime compiles as it ships (not composed
-/// with dependencies), and every middleware composition, with their distinct inputs.
-fn units(source: &AppSource, inputs: &mut Inputs<'_>) -> anyhow::Result<Vec<Unit>> {
-    let mut out = Vec::new();
-    match source {
-        AppSource::Locked { lock, app_dir } => {
-            let lock = spin_app_format::LockedApp::from_json(lock)
-                .context("the locked app of the artifact")?;
-            let event: BTreeSet<&str> = lock
-                .triggers
-                .iter()
-                .filter(|t| t.trigger_type != spin_app_format::trigger::HTTP)
-                .filter_map(|t| t.trigger_config.get("component")?.as_str())
-                .collect();
-            let blobs = Dir::open(&app_dir.join(BLOBS_DIR))?;
-            for c in &lock.components {
-                let content = &c.source.content;
-                // Inline sources and components with dependencies (composed at load) are
-                // compiled by the runtime, in memory.
-                if content.inline.is_some() || !c.dependencies.is_empty() {
-                    continue;
-                }
-                let id = &c.id;
-                let origin = format!("component `{}`", name(id));
-                let event = event.contains(id.as_str());
-                let blob = |inputs: &mut Inputs<'_>, content: &spin_app_format::ContentRef| match (
-                    &content.inline,
-                    content.digest.as_deref(),
-                ) {
-                    (None, Some(d)) => inputs.blob(&blobs, d, &origin).map(Some),
-                    _ => Ok(None),
-                };
-                if !c.trigger_dependencies.is_empty() {
-                    // Composed as the runtime composes it, so its entry is found; a part
-                    // that is not a layer (inline) leaves it to the runtime.
-                    let Some(primary) = blob(inputs, content)? else {
-                        continue;
-                    };
-                    let mut middleware = Vec::new();
-                    for (i, d) in c
-                        .trigger_dependencies
-                        .get(spin_app_format::locked::MIDDLEWARE_KEY)
-                        .into_iter()
-                        .flatten()
-                        .enumerate()
-                    {
-                        let Some(m) = blob(inputs, &d.source.content)? else {
-                            middleware.clear();
-                            break;
-                        };
-                        middleware.push((format!("[{i}]"), (&d.inherit).into(), m));
-                    }
-                    if !middleware.is_empty() {
-                        out.push(Unit {
-                            label: format!("{origin} with its middleware"),
-                            id: id.clone(),
-                            event,
-                            what: What::Composed {
-                                primary,
-                                middleware,
-                            },
-                        });
-                    }
-                    continue;
-                }
-                if let Some(input) = blob(inputs, content)? {
-                    out.push(Unit {
-                        label: origin.clone(),
-                        id: id.clone(),
-                        event,
-                        what: What::Plain(input),
-                    });
+/// Where the sources of `source`'s app model live on the host, for [`Inputs`].
+enum Sources {
+    /// The artifact's blobs, by hex digest.
+    Blobs { dir: PathBuf, blobs: Dir },
+    /// The container's rootfs (paths as the container sees them) and the node's downloads
+    /// (URL sources, seen at [`crate::url_sources::CONTAINER_DIR`]).
+    Rootfs { root: Dir, downloads: Option<Dir> },
+}
+
+impl Sources {
+    fn of(source: &AppSource) -> anyhow::Result<Sources> {
+        Ok(match source {
+            AppSource::Locked { app_dir, .. } => {
+                let dir = app_dir.join(BLOBS_DIR);
+                Sources::Blobs {
+                    blobs: Dir::open(&dir)?,
+                    dir,
                 }
             }
-        }
-        AppSource::Manifest { rootfs } => {
-            let root = Dir::open(rootfs)?;
-            let text = root.read_in_root(Path::new("spin.toml"), MAX_MANIFEST_BYTES)?;
-            let text = String::from_utf8(text).context("/spin.toml is not UTF-8")?;
-            let event = spin_app_format::manifest::event_trigger_components(&text, "/spin.toml")?;
-            for s in spin_app_format::manifest::component_sources(&text, "/spin.toml")? {
-                if s.has_dependencies {
-                    continue;
+            AppSource::Manifest { rootfs, .. } => Sources::Rootfs {
+                root: Dir::open(rootfs)?,
+                downloads: None,
+            },
+        })
+    }
+
+    /// The verified input of `content` (a source of the app model of [`app_model`]).
+    fn input(
+        &mut self,
+        inputs: &mut Inputs<'_>,
+        content: &Content,
+        origin: &str,
+    ) -> anyhow::Result<Arc<Input>> {
+        let path = match content {
+            Content::Bytes(b) => return inputs.bytes(b, origin),
+            Content::Path(p) => p,
+        };
+        let named = |dir: &Path| {
+            path.strip_prefix(dir)
+                .ok()
+                .and_then(|rest| rest.to_str())
+                .filter(|hex| {
+                    spin_app_format::remote::digest_hex(&format!("sha256:{hex}")).is_some()
+                })
+                .map(|hex| format!("sha256:{hex}"))
+        };
+        match self {
+            Sources::Blobs { dir, blobs } => {
+                let digest = named(dir).with_context(|| {
+                    format!("{origin}: not a Wasm layer of the artifact (a directory of files?)")
+                })?;
+                inputs.blob(blobs, &digest, origin)
+            }
+            Sources::Rootfs { root, downloads } => {
+                if let Some(digest) = named(Path::new(crate::url_sources::CONTAINER_DIR)) {
+                    // Downloaded by the shim into the node cache, named by their verified
+                    // digest (crate::url_sources).
+                    let dir = match downloads {
+                        Some(d) => d,
+                        None => downloads.insert(Dir::open(&crate::url_sources::host_dir())?),
+                    };
+                    return inputs.blob(dir, &digest, origin);
                 }
-                let origin = format!(
-                    "/spin.toml: component `{}`: source `{}`",
-                    name(&s.id),
-                    name(&s.source)
-                );
                 // Resolved as the runtime will in the container: relative to `/`, links
                 // and `..` confined to the rootfs.
-                let input = inputs.rootfs(&root, &s.source, &origin)?;
-                out.push(Unit {
-                    label: format!("component `{}`", name(&s.id)),
-                    id: s.id.clone(),
-                    event: event.contains(&s.id),
-                    what: What::Plain(input),
-                });
-            }
-            // Downloaded by the shim into the node cache, named by their verified digest
-            // (crate::url_sources).
-            let remote = spin_app_format::manifest::remote_sources(&text, "/spin.toml")?;
-            if !remote.is_empty() {
-                let downloads = Dir::open(&crate::url_sources::host_dir())?;
-                for r in remote {
-                    let label = format!("component `{}`", name(&r.id));
-                    let origin = format!("/spin.toml: {label}: source {}", name(&r.url));
-                    out.push(Unit {
-                        what: What::Plain(inputs.blob(&downloads, &r.digest, &origin)?),
-                        label,
-                        event: event.contains(&r.id),
-                        id: r.id,
-                    });
-                }
-            }
-            for m in spin_app_format::manifest::middleware_sources(&text, "/spin.toml")? {
-                let trigger = name(&m.trigger);
-                let mut read = |path: &str| {
-                    let origin =
-                        format!("/spin.toml: {trigger}: middleware source `{}`", name(path));
-                    inputs.rootfs(&root, path, &origin)
-                };
-                let primary = read(&m.component)?;
-                let mut middleware = Vec::new();
-                for (i, (path, inherit)) in m.middleware.iter().enumerate() {
-                    middleware.push((format!("[{i}] {}", name(path)), inherit.into(), read(path)?));
-                }
-                // Middleware composes HTTP triggers only.
-                out.push(Unit {
-                    label: format!("{trigger} with its middleware"),
-                    id: m.trigger.clone(),
-                    event: false,
-                    what: What::Composed {
-                        primary,
-                        middleware,
-                    },
-                });
+                let rel = path.strip_prefix("/").unwrap_or(path);
+                let rel = rel.to_str().context("a source path that is not UTF-8")?;
+                inputs.rootfs(root, rel, origin)
             }
         }
+    }
+}
+
+/// The app model of `source` as the container's runtime will build it, from the locked
+/// app or the `/spin.toml` the shim read (locked without touching the rootfs: sources are
+/// read confined, by [`Sources`]).
+pub fn app_model(source: &AppSource) -> anyhow::Result<App> {
+    match source {
+        AppSource::Locked { lock, app_dir } => {
+            App::from_locked_json(lock, &|c: &spin_app_format::ContentRef| {
+                crate::artifact_content(app_dir, c)
+            })
+            .context("the locked app of the artifact")
+        }
+        AppSource::Manifest { lock, .. } => {
+            App::from_locked(lock.clone(), &|c: &spin_app_format::ContentRef| {
+                if let Some(path) = c.file_path() {
+                    return Ok(Content::Path(path));
+                }
+                match c
+                    .digest
+                    .as_deref()
+                    .and_then(spin_app_format::remote::digest_hex)
+                {
+                    Some(hex) => Ok(Content::Path(
+                        Path::new(crate::url_sources::CONTAINER_DIR).join(hex),
+                    )),
+                    None => {
+                        anyhow::bail!("a source that is neither a file nor a URL with a digest")
+                    }
+                }
+            })
+            .context("/spin.toml")
+        }
+    }
+}
+
+/// The units of `plan` with their distinct inputs, each source opened once.
+fn units<'a>(
+    source: &AppSource,
+    plan: &CompilePlan<'a>,
+    inputs: &mut Inputs<'_>,
+) -> anyhow::Result<Vec<Unit<'a>>> {
+    let mut sources = Sources::of(source)?;
+    let mut out = Vec::new();
+    for u in &plan.units {
+        let label = format!("component `{}`", name(u.id()));
+        let origin = match (source, u.source()) {
+            (AppSource::Manifest { .. }, Content::Path(p)) => format!(
+                "/spin.toml: {label}: source `{}`",
+                name(&p.to_string_lossy())
+            ),
+            _ => label.clone(),
+        };
+        let primary = sources.input(inputs, u.source(), &origin)?;
+        if u.middleware().is_empty() {
+            out.push(Unit {
+                label,
+                plan: u.clone(),
+                what: What::Plain(primary),
+            });
+            continue;
+        }
+        let mut middleware = Vec::new();
+        for m in u.middleware() {
+            let origin = format!("{label}: {}", name(&m.name));
+            let input = sources.input(inputs, &m.source, &origin)?;
+            middleware.push((m.name.clone(), m.inherit.clone(), input));
+        }
+        out.push(Unit {
+            label: format!("{label} with its middleware"),
+            plan: u.clone(),
+            what: What::Composed {
+                primary,
+                middleware,
+            },
+        });
     }
     Ok(out)
 }
@@ -392,7 +428,9 @@ pub fn precompile(
     let engine = compile_engine()?;
     let base_engine = baseline_compile_engine()?;
     let mut inputs = Inputs::new(&cache, limits.max_bytes);
-    let units = units(source, &mut inputs)?;
+    let app = app_model(source)?;
+    let plan = CompilePlan::of(&app)?;
+    let units = units(source, &plan, &mut inputs)?;
     tracing::debug!(
         sources = inputs.seen.len(),
         bytes = inputs.total,
@@ -415,8 +453,7 @@ pub fn precompile(
         if entries.contains_key(&name) {
             continue;
         }
-        let tier = !unit.event
-            && tiering.applies(input.len as usize)
+        let tier = unit.plan.starts_on_baseline(&tiering, input.len as usize)
             && entry_state(&main) == EntryState::Missing;
         if tier {
             let base = cache.entry_path_for(base_engine, &input.digest, input.core_module);
@@ -447,8 +484,8 @@ pub fn precompile(
                 entries.insert(file_name(&base)?, base);
                 entries.insert(name, reservation.file().to_path_buf());
                 later.push(Later {
+                    id: unit.plan.id().to_string(),
                     label: unit.label,
-                    id: unit.id,
                     input,
                     reservation,
                 });
@@ -497,7 +534,7 @@ fn compile_into(
     let job = Job::Compile {
         compiler,
         serial: false,
-        id: unit.id.clone(),
+        id: unit.plan.id().to_string(),
         len: input.len,
     };
     sandbox.run(
@@ -526,7 +563,7 @@ fn compose(
         hasher: Sha256::new(),
     };
     let job = Job::Compose {
-        id: unit.id.clone(),
+        id: unit.plan.id().to_string(),
         len: primary.len,
         middleware: middleware
             .iter()
@@ -677,20 +714,24 @@ mod tests {
         m
     }
 
-    fn gather(rootfs: &Path, cache: &CompileCache, max: u64) -> anyhow::Result<(Vec<Unit>, u64)> {
+    /// Each unit's (primary) input of the app in `rootfs`, and the bytes read.
+    fn gather(
+        rootfs: &Path,
+        cache: &CompileCache,
+        max: u64,
+    ) -> anyhow::Result<(Vec<Arc<Input>>, u64)> {
         let mut inputs = Inputs::new(cache, max);
-        let source = AppSource::Manifest {
-            rootfs: rootfs.to_path_buf(),
-        };
-        let units = units(&source, &mut inputs)?;
+        let source = AppSource::manifest(rootfs)?;
+        let app = app_model(&source)?;
+        let plan = CompilePlan::of(&app)?;
+        let units = units(&source, &plan, &mut inputs)?
+            .into_iter()
+            .map(|u| match u.what {
+                What::Plain(i) => i,
+                What::Composed { primary, .. } => primary,
+            })
+            .collect();
         Ok((units, inputs.read))
-    }
-
-    fn input(u: &Unit) -> &Arc<Input> {
-        match &u.what {
-            What::Plain(i) => i,
-            What::Composed { primary, .. } => primary,
-        }
     }
 
     #[test]
@@ -715,11 +756,9 @@ mod tests {
         // Six components, one source: within a budget of one copy, read once.
         let (units, read) = gather(&root, &cache, big.len() as u64).unwrap();
         assert_eq!(units.len(), 6);
-        assert!(units
-            .iter()
-            .all(|u| Arc::ptr_eq(input(u), input(&units[0]))));
+        assert!(units.iter().all(|u| Arc::ptr_eq(u, &units[0])));
         assert_eq!(read, big.len() as u64);
-        let i = input(&units[0]);
+        let i = &units[0];
         assert_eq!(i.digest, hex::encode(Sha256::digest(&big)));
         assert_eq!(i.len, big.len() as u64);
         // The helper's copy is the shim's, read-only.

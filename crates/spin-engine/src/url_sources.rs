@@ -24,8 +24,6 @@ pub const DIR_ENV: &str = "SPIN_SHIM_SOURCE_CACHE_DIR";
 const DIR_NAME: &str = "url-sources";
 /// Where a container sees its downloaded sources (read-only, by hex digest).
 pub const CONTAINER_DIR: &str = "/.spin-app/url-sources";
-/// Largest `/spin.toml` read from a rootfs.
-const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// One downloaded source: its hex digest and its file in the node cache.
 pub type Download = (String, PathBuf);
@@ -44,17 +42,24 @@ pub fn host_dir() -> PathBuf {
 /// the container, the component, the URL and the fix; a failed download leaves no file
 /// behind.
 pub async fn download(id: &str, source: Option<&AppSource>) -> anyhow::Result<Vec<Download>> {
-    let Some(AppSource::Manifest { rootfs }) = source else {
+    let Some(AppSource::Manifest { lock, .. }) = source else {
         return Ok(Vec::new());
     };
-    let root = Dir::open(rootfs)?;
-    let text = root.read_in_root(Path::new("spin.toml"), MAX_MANIFEST_BYTES)?;
-    let Ok(text) = String::from_utf8(text) else {
-        // The runtime reports a manifest that is not text, naming it.
-        return Ok(Vec::new());
-    };
-    let sources = spin_app_format::manifest::remote_sources(&text, "/spin.toml")
-        .with_context(|| format!("container {id}"))?;
+    let sources: Vec<RemoteSource> = lock
+        .components
+        .iter()
+        .filter_map(|c| {
+            let content = &c.source.content;
+            match (&content.source, &content.digest) {
+                (Some(url), Some(digest)) if content.file_path().is_none() => Some(RemoteSource {
+                    id: c.id.clone(),
+                    url: url.clone(),
+                    digest: digest.clone(),
+                }),
+                _ => None,
+            }
+        })
+        .collect();
     if sources.is_empty() {
         return Ok(Vec::new());
     }

@@ -149,3 +149,90 @@ impl<'a> CompilePlan<'a> {
         Ok(CompilePlan { units })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(text: &str) -> anyhow::Result<App> {
+        let lock = spin_app_format::manifest::lock_sources(text, "m")?;
+        App::from_locked(lock, &crate::app::FileUrlResolver)
+    }
+
+    #[test]
+    fn units_are_the_components_triggers_run_with_their_use() {
+        let app = app(r#"spin_manifest_version = 2
+[application]
+name = "a"
+[[trigger.http]]
+route = "/web"
+component = "web"
+dependencies.middleware = [{ component = "mw" }]
+[[trigger.http]]
+route = "/cgi/..."
+component = "cgi"
+executor = { type = "wagi" }
+[[trigger.cron]]
+cron_expression = "* * * * * *"
+component = "worker"
+[component.web]
+source = "web.wasm"
+[component.cgi]
+source = "cgi.wasm"
+[component.worker]
+source = "worker.wasm"
+[component.mw]
+source = "mw.wasm"
+[component.unused]
+source = "unused.wasm"
+"#)
+        .unwrap();
+        let plan = CompilePlan::of(&app).unwrap();
+        let got: Vec<_> = plan
+            .units
+            .iter()
+            .map(|u| {
+                let http = match &u.http {
+                    Some(HttpUse::Handler) => "handler",
+                    Some(HttpUse::Wagi(_)) => "wagi",
+                    None => "-",
+                };
+                (u.id(), http, u.event, u.middleware().len())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("cgi", "wagi", false, 0),
+                ("web", "handler", false, 1),
+                ("worker", "-", true, 0)
+            ]
+        );
+        let tiering = TieringConfig {
+            enabled: true,
+            min_bytes: 1,
+        };
+        assert!(plan.units[1].starts_on_baseline(&tiering, 10));
+        assert!(!plan.units[2].starts_on_baseline(&tiering, 10));
+    }
+
+    #[test]
+    fn a_component_is_either_wagi_or_an_http_handler() {
+        let app = app(r#"spin_manifest_version = 2
+[application]
+name = "a"
+[[trigger.http]]
+route = "/a"
+component = "c"
+[[trigger.http]]
+route = "/b"
+component = "c"
+executor = { type = "wagi" }
+[component.c]
+source = "c.wasm"
+"#)
+        .unwrap();
+        let e = CompilePlan::of(&app).unwrap_err().to_string();
+        assert!(e.contains("component `c`") && e.contains("WAGI"), "{e}");
+    }
+}
