@@ -330,30 +330,27 @@ fn per_interface_max_connections_hold_under_concurrent_guest_calls() {
     let cases = [
         (
             "redis",
-            "outbound_redis",
             redis.port,
             format!("redis://127.0.0.1:{}", redis.port),
         ),
         (
             "pg",
-            "outbound_pg",
             pg.port,
             format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port),
         ),
         (
             "mysql",
-            "outbound_mysql",
             db.port,
             format!("mysql://root@127.0.0.1:{}/spin_test", db.port),
         ),
         (
             "mqtt",
-            "outbound_mqtt",
             broker.port,
             format!("mqtt://127.0.0.1:{}?client_id=hold", broker.port),
         ),
     ];
-    for (kind, section, port, addr) in &cases {
+    for (kind, port, addr) in &cases {
+        let section = format!("outbound_{kind}");
         for capped in [true, false] {
             let origin = Origin::start("127.0.0.1:0", true);
             let scheme = addr.split_once("://").unwrap().0;

@@ -7,7 +7,7 @@
 //! HTTPS with a private CA of its own ([`crate::pki::make_pki`]).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -183,39 +183,12 @@ fn server_tls(dir: &std::path::Path) -> Arc<rustls::ServerConfig> {
 
 /// Serves one HTTP/1.1 request on `stream` and closes it.
 fn serve(shared: &Shared, mut stream: impl Read + Write) {
-    let mut reader = BufReader::new(&mut stream);
-    let mut line = String::new();
-    if reader.read_line(&mut line).is_err() {
-        return; // e.g. a client that refused the certificate
-    }
-    let mut parts = line.split_whitespace();
-    let (Some(method), Some(path)) = (parts.next(), parts.next()) else {
+    // None: e.g. a client that refused the certificate.
+    let Some(req) = crate::secret_store::read_request(&mut stream) else {
         return;
     };
-    let (method, path) = (method.to_string(), path.to_string());
-    let mut headers = HashMap::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).is_err() {
-            return;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let (status, answer) = answer(shared, &method, &path, &headers, &body);
+    let body = req.body.as_bytes();
+    let (status, answer) = answer(shared, &req.method, &req.target, &req.headers, body);
     let answer = answer.to_string();
     let _ = write!(
         stream,

@@ -130,7 +130,8 @@ impl Drop for Store {
     }
 }
 
-fn read_request(stream: &mut impl Read) -> Option<Seen> {
+/// Reads one HTTP/1.1 request (head and a `content-length` body) from `stream`.
+pub fn read_request(stream: &mut impl Read) -> Option<Seen> {
     let mut r = BufReader::new(stream);
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
