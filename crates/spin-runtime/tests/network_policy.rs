@@ -328,28 +328,14 @@ fn per_interface_max_connections_hold_under_concurrent_guest_calls() {
     let db = servers::mariadb();
     let broker = servers::mosquitto();
     let cases = [
-        (
-            "redis",
-            redis.port,
-            format!("redis://127.0.0.1:{}", redis.port),
-        ),
-        (
-            "pg",
-            pg.port,
-            format!("postgres://postgres@127.0.0.1:{}/postgres", pg.port),
-        ),
-        (
-            "mysql",
-            db.port,
-            format!("mysql://root@127.0.0.1:{}/spin_test", db.port),
-        ),
-        (
-            "mqtt",
-            broker.port,
-            format!("mqtt://127.0.0.1:{}?client_id=hold", broker.port),
-        ),
+        ("redis", &redis, "redis://127.0.0.1:PORT"),
+        ("pg", &pg, "postgres://postgres@127.0.0.1:PORT/postgres"),
+        ("mysql", &db, "mysql://root@127.0.0.1:PORT/spin_test"),
+        ("mqtt", &broker, "mqtt://127.0.0.1:PORT?client_id=hold"),
     ];
-    for (kind, port, addr) in &cases {
+    for (kind, backend, template) in cases {
+        let port = backend.port;
+        let addr = template.replace("PORT", &port.to_string());
         let section = format!("outbound_{kind}");
         for capped in [true, false] {
             let origin = Origin::start("127.0.0.1:0", true);
@@ -392,12 +378,12 @@ fn per_interface_max_connections_hold_under_concurrent_guest_calls() {
                         open <= CAP && most <= CAP,
                         "{what}: {open} open, {most} most"
                     );
-                    wait_server_connections(*port, at_once, &what);
+                    wait_server_connections(port, at_once, &what);
                     origin.release();
                 }
             } else {
                 origin.wait_open(REQUESTS).unwrap();
-                wait_server_connections(*port, REQUESTS, &what);
+                wait_server_connections(port, REQUESTS, &what);
                 for _ in 0..REQUESTS {
                     origin.release();
                 }
