@@ -5,7 +5,7 @@
 use wasmtime::component::{ComponentType, Linker, Lower};
 
 pub use crate::engine::retarget::{mentions_rc_snapshot, retarget_snapshot, RC_SNAPSHOT, RELEASE};
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 /// The WASIp3 interfaces the runtime links (wasmtime-wasi's and wasmtime-wasi-http's, at
 /// `@0.3.0`; components built for the snapshot import them under that name once

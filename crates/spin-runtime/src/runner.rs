@@ -123,21 +123,19 @@ impl Runner {
             return self.run_in_container();
         }
         crate::init_tracing(&self.env);
-        let Runner {
-            mut app,
-            dir,
-            env,
-            args,
-            config,
-            on_ready,
-            ..
-        } = self;
-        crate::apply_deployment_env(&mut app, &env)?;
-        let config = match config {
-            Some(c) => c,
-            None => RuntimeConfig::from_env(&dir, &env)?,
-        };
+        let (app, config, args, on_ready) = self.unconfined()?;
         serve_in_runtime(app, &config, &args, None, None, on_ready)
+    }
+
+    /// The app with the deployment environment applied, and its settings (given, or read
+    /// from the environment), to run unconfined.
+    fn unconfined(mut self) -> anyhow::Result<(App, RuntimeConfig, Vec<String>, Option<OnReady>)> {
+        crate::apply_deployment_env(&mut self.app, &self.env)?;
+        let config = match self.config {
+            Some(c) => c,
+            None => RuntimeConfig::from_env(&self.dir, &self.env)?,
+        };
+        Ok((self.app, config, self.args, self.on_ready))
     }
 
     /// The container side of [`Runner::run`].
@@ -192,26 +190,13 @@ impl Runner {
         on_ready: impl FnOnce(Option<SocketAddr>),
         shutdown: impl Future<Output = ()>,
     ) -> anyhow::Result<i32> {
-        let Runner {
-            mut app,
-            dir,
-            env,
-            args,
-            config,
-            container,
-            ..
-        } = self;
-        if container.is_some() {
+        if self.container.is_some() {
             anyhow::bail!(
                 "Runner::serve runs unconfined in the caller's runtime: use Runner::run for \
                  an app `in_container`"
             );
         }
-        crate::apply_deployment_env(&mut app, &env)?;
-        let config = match config {
-            Some(c) => c,
-            None => RuntimeConfig::from_env(&dir, &env)?,
-        };
+        let (app, config, args, _) = self.unconfined()?;
         run_triggers(app, &config, &args, None, on_ready, shutdown).await
     }
 }

@@ -351,8 +351,8 @@ where
 
 /// A WASIp2 HTTP handler: 0.2.x's, or the 0.2.0-rc-2023-10-18 snapshot's (same resources).
 enum P2Handler {
-    Current(wasmtime_wasi_http::p2::bindings::ProxyPre<crate::InstanceState>),
-    Rc(crate::wasi_rc::http::ProxyPre<crate::InstanceState>),
+    Current(wasmtime_wasi_http::p2::bindings::ProxyPre<crate::state::InstanceState>),
+    Rc(crate::wasi_rc::http::ProxyPre<crate::state::InstanceState>),
 }
 
 /// A request's guest: instantiation, the handler call and whatever the guest does after
@@ -544,7 +544,7 @@ fn no_response<T>(end: Result<(), CallError>) -> Result<T, CallError> {
 async fn call_component_p3<B>(
     app: &LoadedApp,
     component: &Arc<crate::runtime::PreparedComponent>,
-    pre: &wasmtime_wasi_http::p3::bindings::ServicePre<crate::InstanceState>,
+    pre: &wasmtime_wasi_http::p3::bindings::ServicePre<crate::state::InstanceState>,
     req: Request<B>,
     scheme: HttpScheme,
 ) -> Result<Response<HyperOutgoingBody>, CallError>

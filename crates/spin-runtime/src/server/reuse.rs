@@ -29,7 +29,7 @@ use wasmtime_wasi_http::WasiHttpView;
 use crate::limits::{InstanceReuse, Limits};
 use crate::metrics::Metrics;
 use crate::runtime::PreparedComponent;
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 /// The dispatcher of one WASIp3 component's requests to its instances.
 pub(crate) type P3Handler = ProxyHandler<P3Instances>;

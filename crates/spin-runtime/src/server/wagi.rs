@@ -30,7 +30,7 @@ use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
 use crate::runtime::{LoadedApp, PreparedComponent};
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 pub use super::whole_body::MAX_BODY_BYTES;
 use super::whole_body::{full, plain, read_body, within_deadline};

@@ -9,7 +9,7 @@ use wasmtime::component::{ComponentExportIndex, ComponentType, InstancePre, Lift
 use wasmtime::StoreContextMut;
 use wasmtime_wasi_http::WasiHttpHooks;
 
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 pub use crate::limits::MAX_BODY_BYTES;
 

@@ -7,7 +7,7 @@ use wasmtime::StoreContextMut;
 
 use crate::host::bindings::fermyon::spin2_0_0::key_value::{self as v2, HostStore};
 use crate::host::kv::StoreHandle;
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 /// `fermyon:spin/key-value.error`.
 #[derive(ComponentType, Lift, Lower, Clone, Debug, PartialEq)]

@@ -24,7 +24,7 @@ pub use crate::engine::spin1::{check, componentize, is_spin1_module, HTTP_EXPORT
 /// Adds the Spin 1.x interfaces the host does not link elsewhere (`fermyon:spin/http`,
 /// `fermyon:spin/key-value`, `fermyon:spin/redis`, unversioned) to `linker`.
 pub(crate) fn add_to_linker(
-    linker: &mut wasmtime::component::Linker<crate::InstanceState>,
+    linker: &mut wasmtime::component::Linker<crate::state::InstanceState>,
 ) -> anyhow::Result<()> {
     http::add_to_linker(linker)?;
     kv::add_to_linker(linker)?;

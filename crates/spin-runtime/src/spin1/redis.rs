@@ -10,7 +10,7 @@ use crate::host::bindings::fermyon::spin2_0_0::redis::{
     self as v2, HostConnection, RedisParameter, RedisResult,
 };
 use crate::host::redis::RedisConnection;
-use crate::InstanceState;
+use crate::state::InstanceState;
 
 /// `fermyon:spin/redis-types.error`.
 #[allow(dead_code)]

@@ -15,7 +15,7 @@ use crate::runtime::{LoadedApp, PreparedComponent};
 pub(crate) struct Command {
     trigger: String,
     component: Arc<PreparedComponent>,
-    pre: CommandPre<crate::InstanceState>,
+    pre: CommandPre<crate::state::InstanceState>,
     args: Vec<String>,
 }
 
