@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::parse::Reader;
@@ -123,6 +124,28 @@ impl ContainerSettings {
         })
     }
 
+    /// Parses `env` and keeps the result as this process's settings
+    /// ([`ContainerSettings::current`]): the runtime in a container calls it once, before it
+    /// runs the app. A later call returns the first call's settings.
+    pub fn init(env: &[(String, String)]) -> Result<&'static Self, SettingError> {
+        if let Some(s) = CURRENT.get() {
+            return Ok(s);
+        }
+        let s = Self::from_env(env)?;
+        Ok(CURRENT.get_or_init(|| s))
+    }
+
+    /// Keeps `self` as this process's settings unless some are kept already (spin-serve's
+    /// [`crate::serve::ServeSettings::init`]).
+    pub(crate) fn keep(self) {
+        let _ = CURRENT.set(self);
+    }
+
+    /// The settings [`ContainerSettings::init`] kept; `None` outside a container's runtime.
+    pub fn current() -> Option<&'static Self> {
+        CURRENT.get()
+    }
+
     pub(crate) fn read(r: &Reader<'_>) -> Result<Self, SettingError> {
         let secs = |s: u64| Some(Duration::from_secs(s));
         let listen = r.addr(HTTP_LISTEN_ADDR, "0.0.0.0:80")?;
@@ -183,6 +206,18 @@ impl ContainerSettings {
     }
 }
 
+/// [`WASI_TIMEOUT`] of `env` alone (a WASI program's runtime reads nothing else of the
+/// container's settings): `None` when unset or `0`.
+pub fn wasi_timeout(env: &[(String, String)]) -> Result<Option<Duration>, SettingError> {
+    Reader {
+        env,
+        role: Role::Container,
+    }
+    .fractional_secs(WASI_TIMEOUT)
+}
+
+static CURRENT: OnceLock<ContainerSettings> = OnceLock::new();
+
 fn pair_error(r: &Reader<'_>, set: &str, value: &std::path::Path, missing: &str) -> SettingError {
     SettingError {
         name: set.to_string(),
@@ -198,13 +233,7 @@ fn pair_error(r: &Reader<'_>, set: &str, value: &std::path::Path, missing: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::tests::env;
 
     #[test]
     fn defaults() {

@@ -106,8 +106,8 @@ pub const VARS: &[Var] = &[
     Var { name: container::MAX_INSTANCE_CONCURRENT_REUSE_COUNT, roles: CONTAINER, default: "16", values: "whole number above 0" },
     Var { name: container::IDLE_INSTANCE_TIMEOUT, roles: CONTAINER, default: "1s", values: DURATION },
     Var { name: container::METRICS_ADDR, roles: CONTAINER, default: "off", values: "address:port" },
-    Var { name: container::TIERED_COMPILE, roles: CONTAINER, default: "1", values: FLAG },
-    Var { name: container::TIERED_COMPILE_MIN_BYTES, roles: CONTAINER, default: "2097152 (2 MiB)", values: BYTES },
+    Var { name: container::TIERED_COMPILE, roles: EVERY, default: "1", values: FLAG },
+    Var { name: container::TIERED_COMPILE_MIN_BYTES, roles: EVERY, default: "2097152 (2 MiB)", values: BYTES },
     Var { name: container::COMPILE_CACHE_READONLY, roles: CONTAINER, default: "0", values: FLAG },
     Var { name: container::POOLING, roles: CONTAINER, default: "1", values: FLAG },
     Var { name: container::TLS_CERT, roles: CONTAINER, default: "none (plain HTTP)", values: "PEM file, with SPIN_TLS_KEY" },
@@ -146,15 +146,20 @@ pub fn vars_of(role: Role) -> impl Iterator<Item = &'static Var> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An environment list of `pairs`.
+    pub(crate) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 
     #[test]
     fn the_last_value_wins() {
-        let env = vec![
-            ("A".to_string(), "1".to_string()),
-            ("A".to_string(), "2".to_string()),
-        ];
+        let env = env(&[("A", "1"), ("A", "2")]);
         assert_eq!(lookup(&env, "A"), Some("2"));
         assert_eq!(lookup(&env, "B"), None);
     }

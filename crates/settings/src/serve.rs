@@ -2,6 +2,7 @@
 //! from its process environment.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::container::ContainerSettings;
@@ -44,6 +45,21 @@ impl ServeSettings {
         })
     }
 }
+
+impl ServeSettings {
+    /// Parses `env` and keeps the result as this process's settings, its runtime part as
+    /// [`ContainerSettings::current`]: spin-serve calls it first, before it loads the app.
+    pub fn init(env: &[(String, String)]) -> Result<&'static Self, SettingError> {
+        if let Some(s) = SERVE.get() {
+            return Ok(s);
+        }
+        let s = Self::from_env(env)?;
+        s.runtime.clone().keep();
+        Ok(SERVE.get_or_init(|| s))
+    }
+}
+
+static SERVE: OnceLock<ServeSettings> = OnceLock::new();
 
 #[cfg(test)]
 mod tests {

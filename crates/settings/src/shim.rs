@@ -68,6 +68,11 @@ pub struct ShimSettings {
     pub max_download_bytes: u64,
     /// [`IDLE_RELEASE_SECS`]; `None`: off.
     pub idle_release: Option<Duration>,
+    /// [`crate::container::TIERED_COMPILE`] for the shim's precompile, where the container's
+    /// environment does not set it.
+    pub tiered_compile: bool,
+    /// [`crate::container::TIERED_COMPILE_MIN_BYTES`], as [`ShimSettings::tiered_compile`].
+    pub tiered_compile_min_bytes: u64,
 }
 
 impl ShimSettings {
@@ -97,6 +102,13 @@ impl ShimSettings {
             download_timeout: r.positive_secs(DOWNLOAD_TIMEOUT_SECS, 300)?,
             max_download_bytes: r.number(MAX_DOWNLOAD_BYTES, 0, 256 << 20, 256 << 20)?,
             idle_release: idle_release(&r)?,
+            tiered_compile: r.flag(crate::container::TIERED_COMPILE, true)?,
+            tiered_compile_min_bytes: r.number(
+                crate::container::TIERED_COMPILE_MIN_BYTES,
+                0,
+                2 << 20,
+                2 << 20,
+            )?,
         })
     }
 
@@ -133,13 +145,7 @@ pub(crate) fn idle_release(r: &Reader<'_>) -> Result<Option<Duration>, SettingEr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::tests::env;
 
     #[test]
     fn defaults() {
@@ -172,6 +178,7 @@ mod tests {
             (MAX_APP_BYTES, "1G"),
             (IDLE_RELEASE_SECS, "soon"),
             (COMPILE_CPU_SECS, "-3"),
+            (crate::container::TIERED_COMPILE, "fast"),
         ] {
             let e = ShimSettings::from_env(&env(&[(k, v)])).unwrap_err();
             let msg = e.to_string();

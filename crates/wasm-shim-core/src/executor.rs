@@ -171,6 +171,12 @@ impl Executor for ShimExecutor {
             Workload::Native => return DefaultExecutor {}.exec(spec),
             Workload::Engine(i) => {
                 open_termination_log(spec);
+                // Checked at Create already (`validate`); kept for this process.
+                if let Err(e) = spin_shim_settings::container::ContainerSettings::init(&env) {
+                    let e = e.to_string();
+                    report_start_failure(&e);
+                    return Err(ExecutorError::Other(e));
+                }
                 let cwd = spec
                     .process()
                     .as_ref()
@@ -197,7 +203,12 @@ impl Executor for ShimExecutor {
                 Some(msg) => Err(ExecutorValidationError::ArgValidationError(msg)),
                 None => DefaultExecutor {}.validate(spec),
             },
-            Ok(_) => Ok(()),
+            // A bad setting fails the Create, naming the variable and the fix.
+            Ok((Workload::Engine(_), _, env)) => {
+                spin_shim_settings::container::ContainerSettings::from_env(&env)
+                    .map(|_| ())
+                    .map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))
+            }
             Err(e) => Err(ExecutorValidationError::ArgValidationError(e)),
         }
     }

@@ -84,25 +84,19 @@ pub fn release_idle_memory() {
 
 /// Env var: seconds without work (under 1% of a CPU) after which a serving process gives
 /// back its executable's pages again ([`spawn_idle_release`]); `0` turns this off.
-pub const IDLE_RELEASE_ENV: &str = "SPIN_SHIM_IDLE_RELEASE_SECS";
+pub const IDLE_RELEASE_ENV: &str = spin_shim_settings::shim::IDLE_RELEASE_SECS;
 
 /// Default of [`IDLE_RELEASE_ENV`].
-pub const DEFAULT_IDLE_RELEASE_SECS: u64 = 30;
+pub const DEFAULT_IDLE_RELEASE_SECS: u64 = spin_shim_settings::shim::DEFAULT_IDLE_RELEASE_SECS;
 
-/// The idle period from [`IDLE_RELEASE_ENV`]; `None` when turned off. A value that is not a
-/// whole number of seconds is reported (naming the variable) and the default used.
+/// The idle period from [`IDLE_RELEASE_ENV`]; `None` when turned off. In a container's
+/// runtime it is the container's setting, in the shim the shim's (both validated at start).
 pub fn idle_release_period() -> Option<std::time::Duration> {
-    let secs = match std::env::var(IDLE_RELEASE_ENV) {
-        Err(_) => DEFAULT_IDLE_RELEASE_SECS,
-        Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
-            tracing::warn!(
-                "{IDLE_RELEASE_ENV}={v:?} is not a whole number of seconds; using \
-                 {DEFAULT_IDLE_RELEASE_SECS} (set it to 0 to turn idle release off)"
-            );
-            DEFAULT_IDLE_RELEASE_SECS
-        }),
-    };
-    (secs > 0).then(|| std::time::Duration::from_secs(secs))
+    use spin_shim_settings::{container::ContainerSettings, shim::ShimSettings};
+    match ContainerSettings::current() {
+        Some(c) => c.idle_release,
+        None => ShimSettings::get().idle_release,
+    }
 }
 
 /// CPU time this process has used (user and system, all threads) and its minor page

@@ -20,10 +20,10 @@ use crate::confined::Dir;
 
 /// Env var (shim's environment): cap on the bytes one app may materialise (layers and
 /// extracted archive files together).
-pub const MAX_BYTES_ENV: &str = "SPIN_SHIM_MAX_APP_BYTES";
+pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::MAX_APP_BYTES;
 /// Env var (shim's environment): cap on the files and directories one app's archive
 /// layers may hold.
-pub const MAX_ENTRIES_ENV: &str = "SPIN_SHIM_MAX_APP_ENTRIES";
+pub const MAX_ENTRIES_ENV: &str = spin_shim_settings::shim::MAX_APP_ENTRIES;
 /// Default of [`MAX_BYTES_ENV`]: 1 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Default of [`MAX_ENTRIES_ENV`].
@@ -55,19 +55,13 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// [`MAX_BYTES_ENV`] and [`MAX_ENTRIES_ENV`], defaults where unset.
+    /// [`MAX_BYTES_ENV`] and [`MAX_ENTRIES_ENV`] from the shim's settings, defaults where
+    /// unset.
     pub fn from_env() -> anyhow::Result<Limits> {
-        let get = |k: &str, d: u64| -> anyhow::Result<u64> {
-            match std::env::var(k) {
-                Ok(v) if !v.trim().is_empty() => v.trim().parse().with_context(|| {
-                    format!("{k}={v:?} in the shim's environment is not a whole number")
-                }),
-                _ => Ok(d),
-            }
-        };
+        let s = spin_shim_settings::shim::ShimSettings::init()?;
         Ok(Limits {
-            max_bytes: get(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)?,
-            max_entries: get(MAX_ENTRIES_ENV, DEFAULT_MAX_ENTRIES)?,
+            max_bytes: s.max_app_bytes,
+            max_entries: s.max_app_entries,
         })
     }
 }

@@ -18,7 +18,7 @@ use wasmtime_wasi::{
 /// Container env var: how many seconds the program may run (`30`, `0.5`) before it
 /// is stopped with [`TRAP_EXIT_CODE`]. No default: a WASI program is a job, and Kubernetes
 /// leaves `activeDeadlineSeconds` unset by default too.
-pub const DEADLINE_ENV: &str = "SPIN_SHIM_WASI_TIMEOUT";
+pub const DEADLINE_ENV: &str = spin_shim_settings::container::WASI_TIMEOUT;
 
 /// Epoch tick of the deadline (as the Spin runtime's, 10 ms).
 const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
@@ -111,22 +111,8 @@ pub fn run_inner(
 ) -> wasmtime::Result<i32> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let kind = wasm_kind(&bytes).with_context(|| format!("loading {}", path.display()))?;
-    let deadline = match env.iter().rev().find(|(k, _)| k == DEADLINE_ENV) {
-        Some((_, v)) if !v.trim().is_empty() => {
-            let secs = v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|s| *s >= 0.0)
-                .ok_or_else(|| {
-                    wasmtime::format_err!(
-                    "{DEADLINE_ENV}=`{v}` must be a number of seconds (e.g. 30 or 0.5); 0 for none"
-                )
-                })?;
-            Some(std::time::Duration::from_secs_f64(secs)).filter(|d| !d.is_zero())
-        }
-        _ => None,
-    };
+    let deadline = spin_shim_settings::container::wasi_timeout(env)
+        .map_err(|e| wasmtime::format_err!("{e}"))?;
     // Opened before confinement: the preopened directories (`/` itself may not be opened
     // once Landlock holds).
     let wasi = builder(args, env, preopens)?;

@@ -47,9 +47,14 @@ fn main() {
         }
     }
     let Some(source) = app_dir else { usage() };
-    let mut env: Vec<(String, String)> = std::env::vars().collect();
+    let mut env = spin_shim_settings::process_env();
     if let Some(l) = listen {
         env.push((spin_runtime::runtime::LISTEN_ENV.to_string(), l));
+    }
+    // Every setting is checked before the app is loaded.
+    if let Err(e) = spin_shim_settings::serve::ServeSettings::init(&env) {
+        eprintln!("spin-serve: {e}");
+        std::process::exit(1)
     }
     match run(&source, &env, &guest_args) {
         Ok(code) => std::process::exit(code),

@@ -210,10 +210,8 @@ impl CompileCache {
     /// read-only if [`READONLY_ENV`] is `1`.
     pub fn from_env(env: &[(String, String)]) -> Self {
         let get = |key: &str| {
-            env.iter()
-                .rev()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.clone())
+            spin_shim_settings::lookup(env, key)
+                .map(str::to_string)
                 .or_else(|| std::env::var(key).ok())
                 .filter(|v| !v.is_empty())
         };

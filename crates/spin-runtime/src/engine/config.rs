@@ -12,7 +12,7 @@ use crate::limits::EPOCH_TICK;
 
 /// Env var: set to `0` to use on-demand instance allocation instead of the pooling
 /// allocator (for hosts that limit virtual address space).
-pub const POOLING_ENV: &str = "SPIN_SHIM_POOLING";
+pub const POOLING_ENV: &str = spin_shim_settings::container::POOLING;
 
 /// Pooling allocator capacity of the process: live instances, memories and tables at once
 /// (each request instantiates its component); an instantiation beyond it fails.
@@ -71,7 +71,10 @@ pub fn create_engine(max_memory: Option<usize>) -> anyhow::Result<&'static Engin
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let pooling = std::env::var(POOLING_ENV).map(|v| v != "0").unwrap_or(true);
+    // The container's setting (spin-serve's: its environment), not the runtime process's
+    // environment, which is empty in a container; an embedder that kept none gets pooling.
+    let pooling =
+        spin_shim_settings::container::ContainerSettings::current().map_or(true, |s| s.pooling);
     let engine = new_engine(pooling, max_memory).or_else(|e| {
         if pooling {
             tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
