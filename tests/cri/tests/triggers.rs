@@ -206,14 +206,24 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
             let got4 = sdk6_seen(sent4.len()).context("Spin 4 Redis messages not all handled")?;
             let want4: Vec<String> = sent4.iter().map(|m| format!("sdk6:{m}")).collect();
             ensure!(got4 == want4, "each Spin 4 Redis message once, in order: {got4:?}");
-            let llen = |r: &servers::ServerProcess| -> Option<usize> {
-                r.redis_cli(&["LLEN", "ticks"]).ok()?.parse().ok()
+            // The ticks' own timestamps (Unix seconds), as recorded: once each, in order.
+            let ticks = |r: &servers::ServerProcess| -> Option<Vec<u64>> {
+                let out = r.redis_cli(&["LRANGE", "ticks", "0", "-1"]).ok()?;
+                out.lines().map(|t| t.parse().ok()).collect()
             };
-            let first = wait_for(Duration::from_secs(60), || llen(&redis).filter(|n| *n > 0))
-                .context("no cron tick within 60 s")?;
-            std::thread::sleep(Duration::from_secs(5));
-            let fired = llen(&redis).unwrap_or(0) - first;
-            ensure!((4..=6).contains(&fired), "a 1-second schedule for 5 s gave {fired} ticks");
+            let first = wait_for(Duration::from_secs(60), || {
+                ticks(&redis).filter(|l| !l.is_empty()).map(|l| l.len())
+            })
+            .context("no cron tick within 60 s")?;
+            let recorded = wait_for(Duration::from_secs(60), || {
+                ticks(&redis).filter(|l| l.len() >= first + 5)
+            })
+            .context("fewer than 5 more cron ticks within 60 s")?;
+            ensure!(
+                recorded.windows(2).all(|w| w[0] < w[1]),
+                "cron ticks not once each, in order: {recorded:?}"
+            );
+            let fired = recorded.len() - first;
             let mqtt_seen = |n: usize| {
                 wait_for(Duration::from_secs(60), || {
                     let out = redis.redis_cli(&["LRANGE", "mqtt-seen", "0", "-1"]).ok()?;
@@ -234,7 +244,7 @@ fn redis_cron_and_mqtt_triggered_apps_through_cri() -> Result<()> {
             redis.restart();
             ensure!(subscribed(&redis), "no new subscription after the restart\n{}", node.log_tail());
             redis.publish_orders_and_check("n", 0)?;
-            println!("redis + cron + mqtt through CRI: 10 + 10 Redis messages once each across a restart; 5 to the spin-sdk 6 app once each; {fired} ticks in 5 s; 10 MQTT messages once each");
+            println!("redis + cron + mqtt through CRI: 10 + 10 Redis messages once each across a restart; 5 to the spin-sdk 6 app once each; {fired} ticks once each, in order; 10 MQTT messages once each");
             for id in &ids {
                 cri.remove_container(id, 10).await?;
             }
