@@ -667,6 +667,67 @@ mod tests {
     }
 
     #[test]
+    fn guest_metrics_become_otlp() {
+        use proto::resource_metrics;
+        let at = Datetime {
+            seconds: 2,
+            nanoseconds: 5,
+        };
+        let sum = metrics::Metric {
+            name: "n".into(),
+            description: String::new(),
+            unit: "1".into(),
+            data: metrics::MetricData::U64Sum(metrics::Sum {
+                data_points: vec![metrics::SumDataPoint {
+                    attributes: vec![types::KeyValue {
+                        key: "k".into(),
+                        value: "\"v\"".into(),
+                    }],
+                    value: metrics::MetricNumber::U64(u64::MAX),
+                    exemplars: Vec::new(),
+                }],
+                start_time: at,
+                time: at,
+                temporality: metrics::Temporality::LowMemory,
+                is_monotonic: true,
+            }),
+        };
+        let rm = resource_metrics(metrics::ResourceMetrics {
+            resource: types::Resource {
+                attributes: Vec::new(),
+                schema_url: None,
+            },
+            scope_metrics: vec![metrics::ScopeMetrics {
+                scope: types::InstrumentationScope {
+                    name: "s".into(),
+                    version: None,
+                    schema_url: None,
+                    attributes: Vec::new(),
+                },
+                metrics: vec![sum],
+            }],
+        });
+        let m = &rm.scope_metrics[0].metrics[0];
+        use otel_export::opentelemetry_proto::tonic::metrics::v1 as pm;
+        let Some(pm::metric::Data::Sum(s)) = &m.data else {
+            panic!("{m:?}")
+        };
+        // Low-memory temporality is delta for a monotonic sum; a u64 past i64 is a double.
+        assert_eq!(
+            s.aggregation_temporality,
+            pm::AggregationTemporality::Delta as i32
+        );
+        let p = &s.data_points[0];
+        assert_eq!(p.time_unix_nano, 2_000_000_005);
+        assert_eq!(
+            p.value,
+            Some(pm::number_data_point::Value::AsDouble(u64::MAX as f64))
+        );
+        assert_eq!(p.attributes[0].key, "k");
+        assert_eq!(rm.scope_metrics[0].scope.as_ref().unwrap().name, "s");
+    }
+
+    #[test]
     fn span_contexts_round_trip_and_bad_ids_are_refused() {
         let guest = wtrace::SpanContext {
             trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
