@@ -74,7 +74,7 @@ pub fn create_engine(max_memory: Option<usize>) -> anyhow::Result<&'static Engin
     // The container's setting (spin-serve's: its environment), not the runtime process's
     // environment, which is empty in a container; an embedder that kept none gets pooling.
     let pooling =
-        spin_shim_settings::container::ContainerSettings::current().map_or(true, |s| s.pooling);
+        spin_shim_settings::container::ContainerSettings::current().is_none_or(|s| s.pooling);
     let engine = new_engine(pooling, max_memory).or_else(|e| {
         if pooling {
             tracing::warn!("pooling allocator unavailable ({e:#}); using on-demand allocation");
