@@ -52,6 +52,7 @@ where
         body: Some(body.to_vec()),
     };
     let mut store = app.new_store(component)?;
+    let usage = store.data().limits.usage();
     let run = async {
         let instance = handler.pre.instantiate_async(&mut store).await?;
         if let Some(m) = &app.metrics {
@@ -70,6 +71,7 @@ where
         let (resp,): (Response1,) = func.call_async(&mut store, (request,)).await?;
         anyhow::Ok(resp)
     };
+    let run = crate::metrics::cpu_timed(usage, run);
     let resp = match within_deadline(app.limits.request_timeout, &component.id, run).await {
         Ok(r) => r,
         Err(answer) => return Ok(answer),
