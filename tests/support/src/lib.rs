@@ -7,8 +7,10 @@
 //! - [`curl`] and [`grpc`]: real HTTP/2 and gRPC clients (curl, tonic);
 //! - [`moto`]: moto's DynamoDB/SQS server; [`origin`]: an HTTP origin counting open requests;
 //! - [`secret_store`]: an HTTPS JSON stand-in for secret stores (Vault, Key Vault);
-//! - [`libsql`]: a libSQL (Hrana 3 over HTTP) stand-in backed by real SQLite.
+//! - [`libsql`]: a libSQL (Hrana 3 over HTTP) stand-in backed by real SQLite;
+//! - [`cosmos`]: an Azure Cosmos DB (REST API) stand-in for the key-value store.
 
+pub mod cosmos;
 pub mod curl;
 pub mod grpc;
 pub mod https_origin;
