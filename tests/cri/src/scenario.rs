@@ -164,6 +164,25 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
     out
 }
 
+/// A new kubelet-style pod for a Spin app: systemd driver, BestEffort, handler `spin`.
+pub async fn spin_pod(
+    cri: &mut Cri,
+    layout: Layout,
+    name: &str,
+    log_root: &Path,
+) -> Result<KubeletPod> {
+    KubeletPod::start(
+        cri,
+        layout,
+        CgroupDriver::Systemd,
+        QosClass::BestEffort,
+        "spin",
+        name,
+        log_root,
+    )
+    .await
+}
+
 /// Runs one app container in a new kubelet-style pod (systemd driver, BestEffort, handler
 /// `spin`, in `layout`): `spec` gets `SPIN_HTTP_LISTEN_ADDR` on a free loopback port; when
 /// `ready_path` is given, waits (up to 120 s) until it answers 200 over plain HTTP; checks
@@ -178,16 +197,7 @@ pub async fn serve_in_pod(
     ready_path: Option<&str>,
     checks: impl FnOnce(SocketAddr) -> Result<String>,
 ) -> Result<String> {
-    let pod = KubeletPod::start(
-        cri,
-        layout,
-        CgroupDriver::Systemd,
-        QosClass::BestEffort,
-        "spin",
-        name,
-        log_root,
-    )
-    .await?;
+    let pod = spin_pod(cri, layout, name, log_root).await?;
     let addr: SocketAddr = ([127, 0, 0, 1], free_loopback_port()?).into();
     spec.envs
         .push(("SPIN_HTTP_LISTEN_ADDR".to_string(), addr.to_string()));

@@ -11,9 +11,17 @@
 //! SQLite database on libSQL over HTTPS (no libSQL server is installable here: the loopback
 //! stand-in written from Hrana 3's spec, `test_support::libsql`, backed by real SQLite) and
 //! variables from Vault (`[[variables_provider]] type = "vault"`; no Vault server is
-//! installable here: a loopback HTTPS stand-in written from Vault's KV v2 API). They are
-//! reached by the `spin-hostifaces`, `spin-kv` and `spin-variables` guests, and the TLS
-//! servers are refused with `UnknownIssuer` by a pod that does not trust the CA.
+//! installable here: a loopback HTTPS stand-in written from Vault's KV v2 API), then from
+//! Azure Key Vault (`type = "azure_key_vault"`, a service principal's client secret from the
+//! pod's `AZURE_*` env; no Entra ID or Key Vault server is installable here: a loopback HTTPS
+//! stand-in written from Entra ID's client-credentials token endpoint and Key Vault's secret
+//! read) and key-value stores on Azure Cosmos DB (`type = "azure_cosmos"`; no Cosmos DB server
+//! or emulator is installable here: `test_support::cosmos`, a loopback stand-in written from
+//! its REST API that checks the master-key token). They are reached by the
+//! `spin-hostifaces`, `spin-kv` and `spin-variables` guests, and the TLS servers are refused
+//! with `UnknownIssuer` by a pod that does not trust the CA. A Cosmos DB store with another
+//! account key gives the guest Cosmos DB's 401, and a pod whose Azure client secret is wrong
+//! fails its start with Entra ID's refusal, named in its log.
 //!
 //! Limits: `block_networks` denies 127.0.0.1 while 127.0.0.2 (loopback too) answers, and
 //! `[outbound_http] max_concurrent_requests = 1` (Spin's N + 1 connections) holds concurrent
@@ -24,7 +32,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use cri_tests::cgroups::Layout;
@@ -122,6 +130,9 @@ struct Backends {
     moto: test_support::moto::Moto,
     vault: Store,
     libsql: StandIn,
+    /// Entra ID and Key Vault.
+    azure: Store,
+    cosmos: test_support::cosmos::StandIn,
 }
 
 /// Vault's KV v2 API as the stand-in serves it: token `cri-token`, mount `secret`, one
@@ -138,17 +149,56 @@ fn vault_route(req: &Seen) -> (u16, String) {
     }
 }
 
+/// Entra ID's token endpoint (tenant `cri-tenant`, client `cri-client` with secret
+/// `cri-secret`, as a service principal) and Key Vault's secret read (`azure_secret`).
+fn azure_route(req: &Seen) -> (u16, String) {
+    let form = |k: &str| {
+        req.body
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+    };
+    match (req.method.as_str(), req.target.as_str()) {
+        ("POST", "/cri-tenant/oauth2/v2.0/token") => {
+            if (form("client_id"), form("client_secret"), form("grant_type"))
+                == (
+                    Some("cri-client"),
+                    Some("cri-secret"),
+                    Some("client_credentials"),
+                )
+            {
+                (
+                    200,
+                    r#"{"token_type":"Bearer","access_token":"cri-kv"}"#.into(),
+                )
+            } else {
+                (401, r#"{"error":"invalid_client"}"#.into())
+            }
+        }
+        ("GET", _)
+            if req.headers.get("authorization").map(String::as_str) != Some("Bearer cri-kv") =>
+        {
+            (401, r#"{"error":{"code":"Unauthorized"}}"#.into())
+        }
+        ("GET", "/secrets/azure_secret?api-version=7.4") => {
+            (200, r#"{"value":"from-key-vault","id":"x"}"#.into())
+        }
+        _ => (404, r#"{"error":{"code":"SecretNotFound"}}"#.into()),
+    }
+}
+
 impl Backends {
     fn start() -> Result<Backends> {
         let pki = tempfile::Builder::new().prefix("cri-backends-").tempdir()?;
         test_support::pki::make_pki(pki.path());
         let vault = Store::start(vault_route);
         let libsql = StandIn::start("cri-token", true);
-        // One bundle, as a caCertSecret holds it: the servers' CA and the Vault stand-in's.
+        let azure = Store::start(azure_route);
+        // One bundle, as a caCertSecret holds it: the servers' CA and the stand-ins'.
         let ca_dir = tempfile::Builder::new().prefix("cri-ca-").tempdir()?;
         let mut bundle = std::fs::read(pki.path().join("ca.pem"))?;
         bundle.extend(std::fs::read(vault.ca())?);
         bundle.extend(std::fs::read(libsql.ca())?);
+        bundle.extend(std::fs::read(azure.ca())?);
         std::fs::write(ca_dir.path().join("ca.pem"), bundle)?;
         let moto = test_support::moto::Moto::start(&integration::workspace_root());
         moto.create_kv_table("kv");
@@ -160,6 +210,8 @@ impl Backends {
             moto,
             vault,
             libsql,
+            azure,
+            cosmos: test_support::cosmos::StandIn::start(),
             pki,
             ca_dir,
         })
@@ -170,33 +222,46 @@ impl Backends {
             "spin_manifest_version = 2\n[application]\nname = \"backends\"\n\
              [variables]\ngreeting = {{ default = \"hello\" }}\n\
              api_token = {{ required = true, secret = true }}\n\
+             azure_secret = {{ required = true, secret = true }}\n\
              [[trigger.http]]\nroute = \"/ops/...\"\ncomponent = \"ops\"\n\
              [[trigger.http]]\nroute = \"/vars/...\"\ncomponent = \"vars\"\n\
              [component.vars]\nsource = \"{{WASM_DIR}}/spin_variables.wasm\"\n\
              [component.vars.variables]\ngreeting = \"{{{{ greeting }}}}\"\n\
              token = \"{{{{ api_token }}}}\"\n\
+             azure = \"{{{{ azure_secret }}}}\"\n\
              [[trigger.http]]\nroute = \"/kv/...\"\ncomponent = \"kv\"\n\
              [component.ops]\nsource = \"{{WASM_DIR}}/spin_hostifaces.wasm\"\n\
              allowed_outbound_hosts = [\"rediss://127.0.0.1:{}\", \"postgres://127.0.0.1:{}\", \
              \"mysql://127.0.0.1:{}\", \"mqtts://127.0.0.1:{}\"]\n\
              sqlite_databases = [\"remote\"]\n\
              [component.kv]\nsource = \"{{WASM_DIR}}/spin_kv.wasm\"\n\
-             key_value_stores = [\"default\", \"other\"]\n",
+             key_value_stores = [\"default\", \"other\", \"cosmos\", \"cosmos_wrong\"]\n",
             self.redis.port, self.pg.port, self.db.port, self.broker.port
         )
     }
 
-    /// `default` on the TLS Redis (database 3), `other` on moto's DynamoDB table `kv`;
-    /// with `vault`, variables from the Vault stand-in first.
-    fn runtime_config(&self, vault: bool) -> String {
-        let provider = if vault {
+    /// `default` on the TLS Redis (database 3), `other` on moto's DynamoDB table `kv`,
+    /// `cosmos` on the Cosmos DB stand-in (`cosmos_wrong` there with another account key);
+    /// with `providers`, variables from the Vault stand-in first, then from Key Vault's.
+    fn runtime_config(&self, providers: bool) -> String {
+        let provider = if providers {
             format!(
                 "[[variables_provider]]\ntype = \"vault\"\nurl = \"{}\"\n\
-                 token = \"cri-token\"\nmount = \"secret\"\nprefix = \"pods\"\n",
-                self.vault.url()
+                 token = \"cri-token\"\nmount = \"secret\"\nprefix = \"pods\"\n\
+                 [[variables_provider]]\ntype = \"azure_key_vault\"\nvault_url = \"{}\"\n",
+                self.vault.url(),
+                self.azure.url()
             )
         } else {
             String::new()
+        };
+        let cosmos = |label: &str, key: &str| {
+            format!(
+                "[key_value_store.{label}]\ntype = \"azure_cosmos\"\nkey = \"{key}\"\n\
+                 account = \"standin\"\ndatabase = \"db\"\ncontainer = \"kv\"\n\
+                 endpoint = \"http://{}\"\n",
+                self.cosmos.addr
+            )
         };
         provider
             + &format!(
@@ -209,6 +274,8 @@ impl Backends {
                 self.libsql.url(),
                 self.redis.port
             )
+            + &cosmos("cosmos", test_support::cosmos::KEY)
+            + &cosmos("cosmos_wrong", "d3Jvbmcga2V5")
     }
 
     fn rediss(&self) -> String {
@@ -298,6 +365,47 @@ impl Backends {
             "the Vault stand-in was not read: {reads:?}"
         );
         done.push("variables from Vault (HTTPS) ok".into());
+        let (status, body) = http_get(addr, "/vars/azure", T)?;
+        ensure!(
+            (status, body.as_str()) == (200, "from-key-vault"),
+            "the secret from Key Vault: {status} {body}"
+        );
+        let seen: Vec<String> = self
+            .azure
+            .seen()
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.target))
+            .collect();
+        for want in [
+            "POST /cri-tenant/oauth2/v2.0/token",
+            "GET /secrets/azure_secret?api-version=7.4",
+        ] {
+            ensure!(
+                seen.iter().any(|s| s == want),
+                "the Key Vault stand-in did not see `{want}`: {seen:?}"
+            );
+        }
+        done.push("variables from Azure Key Vault (HTTPS, Entra ID token) ok".into());
+        let (status, body) = curl("PUT", &format!("{base}/greeting?store=cosmos"), "hi cosmos")?;
+        ensure!(status == 200, "kv cosmos PUT: {status} {body}");
+        let (status, body) = http_get(addr, "/kv/greeting?store=cosmos", T)?;
+        ensure!(
+            (status, body.as_str()) == (200, "hi cosmos"),
+            "kv cosmos GET: {status} {body}"
+        );
+        let doc = self.cosmos.docs.lock().unwrap().get("greeting").cloned();
+        let want: Vec<u8> = b"hi cosmos".to_vec();
+        ensure!(
+            doc.as_ref().map(|(d, _)| d)
+                == Some(&serde_json::json!({"id": "greeting", "value": want})),
+            "the document in the Cosmos DB stand-in: {doc:?}"
+        );
+        let (status, body) = http_get(addr, "/kv/greeting?store=cosmos_wrong", T)?;
+        ensure!(
+            status == 500 && body.contains("401") && body.contains("`kv`"),
+            "another account key must give the guest Cosmos DB's 401: {status} {body}"
+        );
+        done.push("kv azure_cosmos ok (another account key: 401 to the guest)".into());
         let (status, body) = op(addr, "sqlite3", "", "db=remote")?;
         ensure!(
             status == 200,
@@ -353,8 +461,8 @@ fn backends() -> Result<()> {
     let b = Backends::start()?;
     let (node, dir) = start_node("cri-images-backends")?;
     import_app(&node, &dir, IMAGE, &b.manifest())?;
-    // Without the CA the Vault provider would fail the start: the untrusted pod gets its
-    // secret from the container's env (`API_TOKEN`) instead.
+    // Without the CA the Vault and Key Vault providers would fail the start: the untrusted
+    // pod gets its secrets from the container's env (`API_TOKEN`, `AZURE_SECRET`) instead.
     let rc_dir = tempfile::Builder::new().prefix("cri-rc-").tempdir()?;
     let rc = |trust: bool| rc_dir.path().join(format!("{trust}/runtime-config.toml"));
     for trust in [true, false] {
@@ -363,19 +471,33 @@ fn backends() -> Result<()> {
     }
     let dynamo = format!("http://{}", b.moto.addr);
     let logs = node.dir().join("pod-logs");
+    // The service principal as a pod gets it from a secret; the loopback authority as
+    // Azure's SDKs read it.
+    let authority = b.azure.url();
+    let azure = |secret: &'static str| {
+        env(&[
+            ("AZURE_AUTHORITY_HOST", &authority),
+            ("AZURE_TENANT_ID", "cri-tenant"),
+            ("AZURE_CLIENT_ID", "cri-client"),
+            ("AZURE_CLIENT_SECRET", secret),
+        ])
+    };
     let spec = |trust: bool| ContainerSpec {
         name: "app".into(),
         image: IMAGE.into(),
         command: vec!["/".into()],
         envs: if trust {
-            env(&[
+            let mut e = env(&[
                 ("SSL_CERT_FILE", "/etc/spin-ca/ca.pem"),
                 ("AWS_ENDPOINT_URL_DYNAMODB", &dynamo),
-            ])
+            ]);
+            e.extend(azure("cri-secret"));
+            e
         } else {
             env(&[
                 ("AWS_ENDPOINT_URL_DYNAMODB", &dynamo),
                 ("API_TOKEN", "from-env"),
+                ("AZURE_SECRET", "from-env"),
             ])
         },
         read_only_mounts: volumes(&rc(trust), trust.then_some(b.ca_dir.path())),
@@ -408,9 +530,73 @@ fn backends() -> Result<()> {
         .await
         .with_context(|| format!("pod without the CA\n{}", node.log_tail()))?;
         println!("backends(cri): {line}");
+        let mut refused = spec(true);
+        refused.envs.retain(|(k, _)| k != "AZURE_CLIENT_SECRET");
+        refused.envs.extend(azure("wrong-secret"));
+        let line = refused_start(&mut cri, &logs, "azure-refused", refused)
+            .await
+            .with_context(|| format!("pod with a wrong client secret\n{}", node.log_tail()))?;
+        println!("backends(cri): {line}");
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+/// Runs `spec` in a new pod, where it must fail to start: waits (bounded) for the container
+/// to exit non-zero, checks its log names the Key Vault provider and Entra ID's refusal,
+/// then removes the pod (nothing left behind).
+async fn refused_start(
+    cri: &mut Cri,
+    logs: &Path,
+    name: &str,
+    mut spec: ContainerSpec,
+) -> Result<String> {
+    let pod = scenario::spin_pod(cri, LAYOUT, name, logs).await?;
+    let port = scenario::free_loopback_port()?;
+    spec.envs
+        .push(("SPIN_HTTP_LISTEN_ADDR".into(), format!("127.0.0.1:{port}")));
+    let run = async {
+        let id = cri
+            .start_container(&pod.sandbox_id, &pod.spec, &spec)
+            .await?;
+        let deadline = Instant::now() + T;
+        let state = loop {
+            let state = cri.container_state(&id).await?;
+            // CONTAINER_EXITED = 2 in the CRI enum.
+            if state.starts_with("state=2 ") {
+                break state;
+            }
+            ensure!(Instant::now() < deadline, "{name} did not exit: {state}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let log =
+            std::fs::read_to_string(pod.spec.log_directory.join("app/0.log")).unwrap_or_default();
+        let named = log.lines().find(|l| {
+            l.contains("azure_key_vault provider")
+                && l.contains("refused a token (HTTP 401)")
+                && l.contains("invalid_client")
+        });
+        ensure!(
+            !state.contains("exit_code=0 ") && named.is_some(),
+            "{name}: the start must fail naming the provider and the refusal: {state}\n{log}"
+        );
+        cri.remove_container(&id, 10).await?;
+        anyhow::Ok(format!(
+            "{name}: exited ({state}), logged: {}",
+            named.unwrap_or("")
+        ))
+    }
+    .await;
+    match run {
+        Ok(line) => {
+            pod.teardown(cri, &[]).await?;
+            Ok(line)
+        }
+        Err(e) => {
+            let _ = cri.remove_pod(&pod.sandbox_id).await;
+            Err(e)
+        }
+    }
 }
 
 #[test]
