@@ -403,3 +403,197 @@ fn per_interface_max_connections_hold_under_concurrent_guest_calls() {
         }
     }
 }
+
+/// Set in the child that runs [`block_networks_pin_mqtts_to_the_checked_addresses`] inside
+/// its private mount namespace.
+const IN_HOSTS_NS: &str = "NETWORK_POLICY_TEST_IN_HOSTS_NS";
+
+/// Mosquitto with one TLS listener on the same port of 127.0.0.1 and ::1 (the pki's
+/// `localhost` certificate); killed by its pid on drop. Its log (stderr) is in `dir`.
+struct DualStackBroker {
+    port: u16,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    /// Log length once the readiness probes were done (their connections come before).
+    skip: usize,
+}
+
+impl DualStackBroker {
+    fn start(pki: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let tls = format!(
+            "cafile {}\ncertfile {}\nkeyfile {}\n",
+            pki.join("ca.pem").display(),
+            pki.join("server.pem").display(),
+            pki.join("server.key").display()
+        );
+        let conf = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "per_listener_settings false\nlistener {port} 127.0.0.1\n{tls}\
+                 listener {port} ::1\n{tls}allow_anonymous true\npersistence false\nuser root\n"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("mosquitto.log")).unwrap();
+        let child = std::process::Command::new("mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("mosquitto (Debian package mosquitto, scripts/setup.sh)");
+        let mut broker = DualStackBroker {
+            port,
+            child,
+            dir,
+            skip: 0,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        for ip in ["127.0.0.1", "[::1]"] {
+            while std::net::TcpStream::connect(format!("{ip}:{port}")).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "mosquitto did not listen on {ip}:{port}: {}",
+                    broker.log()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        // The probes' own connections are logged: wait for both, then look past them.
+        broker.wait_log("New connection from ::1");
+        broker.skip = broker.log().len();
+        broker
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("mosquitto.log")).unwrap_or_default()
+    }
+
+    /// The log after the readiness probes.
+    fn clients_log(&self) -> String {
+        self.log()[self.skip..].to_string()
+    }
+
+    /// Polls (10 s) until the log has `needle`; the log.
+    fn wait_log(&self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if log[self.skip..].contains(needle) || std::time::Instant::now() > deadline {
+                return log[self.skip..].to_string();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for DualStackBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `mqtts://` to a host name connects only to the addresses `block_networks` let through:
+/// `localhost` resolves to ::1 and 127.0.0.1 (a private `/etc/hosts` bind-mounted in a mount
+/// namespace of this test's own child process), the broker listens on both, and blocking
+/// either one makes every connection go to the other, as mosquitto's log shows; blocking
+/// both refuses `open` and the broker sees no connection. (rumqttc resolves the name itself
+/// when it connects; the runtime hands it the checked addresses through a loopback relay.)
+#[test]
+fn block_networks_pin_mqtts_to_the_checked_addresses() {
+    if std::env::var_os(IN_HOSTS_NS).is_none() {
+        let hosts = tempfile::tempdir().unwrap();
+        let file = hosts.path().join("hosts");
+        std::fs::write(&file, "::1 localhost\n127.0.0.1 localhost\n").unwrap();
+        // unshare(CLONE_NEWNS) needs a single-threaded process: the test binary, again.
+        let status = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount --bind \"$0\" /etc/hosts && exec \"$@\"")
+            .arg(&file)
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "block_networks_pin_mqtts_to_the_checked_addresses",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(IN_HOSTS_NS, "1")
+            .status()
+            .expect("unshare (util-linux)");
+        assert!(
+            status.success(),
+            "the test in its mount namespace: {status}"
+        );
+        return;
+    }
+    let resolved: Vec<_> = std::net::ToSocketAddrs::to_socket_addrs("localhost:1")
+        .unwrap()
+        .map(|a| a.ip().to_string())
+        .collect();
+    assert!(
+        resolved.contains(&"::1".into()) && resolved.contains(&"127.0.0.1".into()),
+        "localhost resolves to {resolved:?}"
+    );
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let ca = pki.path().join("ca.pem").display().to_string();
+    let app = app(HOSTIFACES, "mqtts://localhost:*");
+    for (i, (blocked, want, not)) in [
+        ("\"127.0.0.1/32\"", "New connection from ::1:", "127.0.0.1"),
+        ("\"::1/128\"", "New connection from 127.0.0.1:", "::1"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let broker = DualStackBroker::start(pki.path());
+        runtime_config(
+            app.path(),
+            &format!("[outbound_networking]\nblock_networks = [{blocked}]\n"),
+        );
+        let server = Server::start(app.path(), &[("SSL_CERT_FILE", &ca)]);
+        let addr = format!("mqtts://localhost:{}?client_id=pin{i}", broker.port);
+        let got = call(&server, "mqtt", &addr, "topic=pin/t&qos=1");
+        assert!(
+            got.lines().any(|l| l == "publish=()"),
+            "{blocked} blocked: {got}"
+        );
+        let log = broker.wait_log(want);
+        println!("block_networks = [{blocked}]: mosquitto saw\n{log}");
+        assert!(log.contains(want), "{blocked} blocked: {log}");
+        assert!(
+            !log.contains(&format!("New connection from {not}:")),
+            "{blocked} blocked, yet the broker saw a connection from {not}: {log}"
+        );
+    }
+
+    // TLS is still end to end with the host name: without the private CA the broker's
+    // certificate is refused through the relay too.
+    let broker = DualStackBroker::start(pki.path());
+    let server = Server::start(app.path(), &[]);
+    let addr = format!("mqtts://localhost:{}?client_id=untrusted", broker.port);
+    let got = call(&server, "mqtt", &addr, "topic=pin/t&qos=1");
+    assert!(
+        got.starts_with("error: publish:") && got.contains("UnknownIssuer"),
+        "{got}"
+    );
+    drop((server, broker));
+
+    let broker = DualStackBroker::start(pki.path());
+    runtime_config(
+        app.path(),
+        "[outbound_networking]\nblock_networks = [\"127.0.0.1/32\", \"::1/128\"]\n",
+    );
+    let server = Server::start(app.path(), &[("SSL_CERT_FILE", &ca)]);
+    let addr = format!("mqtts://localhost:{}?client_id=none", broker.port);
+    let got = call(&server, "mqtt", &addr, "topic=pin/t&qos=1");
+    assert!(got.starts_with("error: open: ConnectionFailed"), "{got}");
+    assert!(
+        !broker.clients_log().contains("New connection"),
+        "both blocked, yet: {}",
+        broker.clients_log()
+    );
+}

@@ -6,6 +6,13 @@
 //! default) connects over TLS, verified with the component's `[[client_tls]]` entry for the
 //! host or the default trust store (see [`super::tls`]). `publish` returns once the broker
 //! has the message at the requested QoS (sent for 0, PUBACK for 1, PUBCOMP for 2).
+//!
+//! `[outbound_networking] block_networks` is checked on the broker's resolved addresses, and
+//! the connection goes only to the addresses that passed: `mqtt://` and IP literals connect
+//! to them directly, `mqtts://<host name>` through a [`connect_relay`] (rumqttc would
+//! otherwise resolve the name again, with TLS for the name kept end to end).
+
+mod connect_relay;
 
 use std::time::Duration;
 
@@ -28,6 +35,9 @@ pub struct MqttConnection {
     permit: std::sync::Arc<super::network_policy::Permit>,
     /// `[outbound_mqtt] max_payload_size_bytes`.
     max_payload: Option<usize>,
+    /// The relay pinning an `mqtts://<host name>` connection to its checked addresses,
+    /// kept while the connection is open.
+    relay: Option<std::sync::Arc<connect_relay::ConnectRelay>>,
 }
 
 /// A connection that passed the allow-list, before the network policy's checks.
@@ -43,9 +53,10 @@ struct Prepared {
 impl Prepared {
     /// Resolves the broker once through the app's network policy (blocked addresses
     /// dropped; all blocked: `connection-failed` naming the address and network), takes a
-    /// connection-cap permit and makes the client. Plain `mqtt://` connects to the checked
-    /// address itself; over TLS rumqttc is given the host name (it verifies the certificate
-    /// against it) and resolves it again when it connects.
+    /// connection-cap permit and makes the client. Plain `mqtt://` and IP literals connect
+    /// to the checked address itself; over TLS to a host name rumqttc keeps the name (it
+    /// verifies the certificate against it and sends it as SNI) and reaches the checked
+    /// addresses through a loopback CONNECT relay, never resolving the name itself.
     async fn connect(self, tls: Option<rumqttc::Transport>) -> Result<MqttConnection, Error> {
         use super::network_policy::Kind;
         let mut url = self.url;
@@ -56,6 +67,7 @@ impl Prepared {
             .resolve(&self.component, Kind::Mqtt, &host, port)
             .await
             .map_err(|e| Error::ConnectionFailed(e.to_string()))?;
+        let is_name = matches!(url.host(), Some(url::Host::Domain(_)));
         if tls.is_none() {
             if let Some(addr) = addrs.first() {
                 url.set_ip_host(addr.ip())
@@ -64,9 +76,31 @@ impl Prepared {
         }
         let mut options = rumqttc::MqttOptions::try_from(url)
             .map_err(|e| Error::ConnectionFailed(e.to_string()))?;
-        if let Some(tls) = tls {
-            options.set_transport(tls);
-        }
+        let relay = match tls {
+            Some(tls) => {
+                options.set_transport(tls);
+                if is_name {
+                    let relay = connect_relay::ConnectRelay::start(&host, port, addrs)
+                        .await
+                        .map_err(|e| {
+                            Error::ConnectionFailed(format!(
+                                "mqtts://{host}:{port}: cannot listen on loopback for the \
+                                 connection to the checked broker addresses: {e}"
+                            ))
+                        })?;
+                    options.set_proxy(rumqttc::Proxy {
+                        ty: rumqttc::ProxyType::Http,
+                        auth: rumqttc::ProxyAuth::None,
+                        addr: relay.addr().ip().to_string(),
+                        port: relay.addr().port(),
+                    });
+                    Some(std::sync::Arc::new(relay))
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
         let permit = self.policy.acquire(Kind::Mqtt).await;
         options.set_credentials(self.username, self.password);
         options.set_keep_alive(self.keep_alive);
@@ -76,6 +110,7 @@ impl Prepared {
             event_loop: std::sync::Arc::new(Mutex::new(event_loop)),
             permit: std::sync::Arc::new(permit),
             max_payload: self.policy.mqtt_max_payload_size_bytes(),
+            relay,
         })
     }
 }
@@ -173,6 +208,7 @@ impl HostState {
                 event_loop: c.event_loop.clone(),
                 permit: c.permit.clone(),
                 max_payload: c.max_payload,
+                relay: c.relay.clone(),
             }),
             Err(_) => Err(Error::Other(
                 "could not find connection for resource".into(),
