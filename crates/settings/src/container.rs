@@ -224,8 +224,8 @@ fn pair_error(r: &Reader<'_>, set: &str, value: &std::path::Path, missing: &str)
         value: value.display().to_string(),
         source: r.role.source(),
         fix: format!(
-            "{missing} is not set: set both (the PEM certificate chain and its private key) to \
-             serve TLS, or neither to serve plain HTTP"
+            "{set} is set but {missing} is not: set both (the PEM certificate chain and its \
+             private key) to serve TLS, or neither to serve plain HTTP"
         ),
     }
 }
@@ -280,6 +280,9 @@ mod tests {
         let msg = ContainerSettings::from_env(&env(&[(TLS_CERT, "/c.pem")]))
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("SPIN_TLS_KEY is not set"), "{msg}");
+        assert!(
+            msg.contains("SPIN_TLS_CERT is set but SPIN_TLS_KEY is not"),
+            "{msg}"
+        );
     }
 }
