@@ -220,22 +220,12 @@ impl Limits {
     }
 }
 
-/// Parses `60`, `60s`, `1500ms` or `2m`; `0` means "off" (`None`).
+/// Parses `60`, `60s`, `1500ms` or `2m` (the settings module's reader); `0` means "off"
+/// (`None`).
 pub fn parse_duration(var: &str, text: &str) -> anyhow::Result<Option<Duration>> {
-    let t = text.trim();
-    let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1000)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000)
-    } else {
-        (t, 1000)
-    };
-    let n: u64 = number.trim().parse().map_err(|_| {
+    spin_shim_settings::parse_duration(text).ok_or_else(|| {
         anyhow!("{var}=`{text}` is not a duration: use seconds (`30`, `30s`), `500ms` or `2m`; `0` turns it off")
-    })?;
-    Ok((n > 0).then(|| Duration::from_millis(n.saturating_mul(unit_ms))))
+    })
 }
 
 /// The default connection cap: the soft `RLIMIT_NOFILE` minus [`RESERVED_FDS`], between 16
