@@ -4,12 +4,14 @@
 //! composed from that one list.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use wasmtime::component::Linker;
+use wasmtime::component::{Linker, Resource, ResourceTable};
 
 use super::runtime_config::Source;
 use super::variables::Resolved;
+use super::HostView;
 use crate::app::{App, Component};
 
 /// One host interface: its runtime-config sections, its per-app state and its
@@ -37,8 +39,10 @@ pub trait HostFeature: 'static {
     fn instance(app: &Self::App, cx: &ComponentContext<'_>) -> anyhow::Result<Self::Instance>;
 
     /// Adds the feature's guest interfaces to `linker`; `get` reaches the instance state in
-    /// the store's data. Features without guest interfaces link nothing.
-    fn add_to_linker<T: Send + 'static>(
+    /// the store's data (functions linked by hand reach it through [`HostView`], which also
+    /// gives the request's trace context for their spans). Features without guest
+    /// interfaces link nothing.
+    fn add_to_linker<T: HostView>(
         linker: &mut Linker<T>,
         get: fn(&mut T) -> &mut Self::Instance,
     ) -> anyhow::Result<()> {
@@ -86,13 +90,87 @@ pub struct Labelled<D> {
     pub app_dir: PathBuf,
 }
 
+/// Parses one labelled section's value; relative paths resolve against the base directory
+/// (the runtime config file's), errors name the origin (the file).
+pub type ParseLabelled<D> = fn(&toml::Value, &Path, &str) -> anyhow::Result<BTreeMap<String, D>>;
+
 impl<D: Clone> Labelled<D> {
-    /// The definitions of `config` for the app of `cx`.
-    pub fn new(config: &BTreeMap<String, D>, cx: &AppContext<'_>) -> Self {
-        Labelled {
+    /// [`HostFeature::parse`] of a feature whose one section (`section`) is a table of
+    /// labelled definitions, read by `parse`: none when the file has no such section.
+    pub fn parse(
+        source: &Source<'_>,
+        section: &str,
+        parse: ParseLabelled<D>,
+    ) -> anyhow::Result<BTreeMap<String, D>> {
+        match source.take(section) {
+            Some(v) => parse(v, source.base_dir(), source.origin()),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+
+    /// [`HostFeature::build`] of such a feature: the definitions of `config` for the app of
+    /// `cx`.
+    pub fn build(config: &BTreeMap<String, D>, cx: &AppContext<'_>) -> anyhow::Result<Self> {
+        Ok(Labelled {
             definitions: config.clone(),
             state_dir: cx.state_dir.clone(),
             app_dir: cx.host.app_dir.clone(),
+        })
+    }
+}
+
+/// A feature instance's own resource table: the guest's handles of the feature's resources
+/// (stores, connections, ...), and how many of them count toward the feature's cap. A clone
+/// is empty (each instance starts with no handles). The table sits behind a `Mutex` only so
+/// that the prepared (never used) instance state is `Sync`: access goes through `get_mut`,
+/// which never locks.
+#[derive(Default)]
+pub struct FeatureTable {
+    table: Mutex<ResourceTable>,
+    counted: usize,
+}
+
+impl Clone for FeatureTable {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// The cap of a [`FeatureTable`] is reached (or its table is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableFull;
+
+impl FeatureTable {
+    /// The table.
+    pub fn get(&mut self) -> &mut ResourceTable {
+        self.table
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many counted handles are open.
+    pub fn counted(&self) -> usize {
+        self.counted
+    }
+
+    /// Adds a handle that counts toward `cap`, unless `cap` are open.
+    pub fn push_counted<R: Send + 'static>(
+        &mut self,
+        value: R,
+        cap: usize,
+    ) -> Result<Resource<R>, TableFull> {
+        if self.counted >= cap {
+            return Err(TableFull);
         }
+        let handle = self.get().push(value).map_err(|_| TableFull)?;
+        self.counted += 1;
+        Ok(handle)
+    }
+
+    /// Removes a counted handle the guest dropped.
+    pub fn delete_counted<R: 'static>(&mut self, handle: Resource<R>) -> wasmtime::Result<R> {
+        let value = self.get().delete(handle)?;
+        self.counted = self.counted.saturating_sub(1);
+        Ok(value)
     }
 }

@@ -33,7 +33,8 @@ use wasmtime::component::Resource;
 use super::bindings::fermyon::spin2_0_0::key_value as spin_kv;
 use super::bindings::wasi::keyvalue::store as wasi_store;
 use super::bindings::wasi::keyvalue::{atomics as wasi_atomics, batch as wasi_batch};
-use super::HostState;
+use super::feature::{FeatureTable, HostFeature, Labelled};
+use super::HostView;
 
 mod cosmos;
 mod dynamo;
@@ -89,37 +90,36 @@ impl StoreDefinition {
 /// The key-value host feature: `[key_value_store.<label>]`, the stores a component lists
 /// (`key_value_stores`, opened once per process and database), and the guest interfaces
 /// `fermyon:spin/key-value@2.0.0`, `wasi:keyvalue` and Spin 4's `spin:key-value@3.0.0`
-/// (linked on [`HostState`], which holds the guest's handles).
+/// (implemented on [`ComponentStores`], which holds the guest's handles).
 pub struct KeyValue;
 
-/// The stores one component may open.
+/// The stores one component may open, and one instance's handles of them.
 #[derive(Clone, Default)]
 pub struct ComponentStores {
     component_id: Arc<str>,
     labels: Arc<BTreeSet<String>>,
     stores: Arc<KvStores>,
+    /// Open stores and buckets (counted, at most [`MAX_OPEN_STORES`]) and CAS handles.
+    table: FeatureTable,
 }
 
-impl super::feature::HostFeature for KeyValue {
+impl HostFeature for KeyValue {
     const SECTIONS: &'static [&'static str] = &["key_value_store"];
     type Config = BTreeMap<String, StoreDefinition>;
-    type App = super::feature::Labelled<StoreDefinition>;
+    type App = Labelled<StoreDefinition>;
     type Instance = ComponentStores;
 
     fn parse(
         source: &super::runtime_config::Source<'_>,
     ) -> anyhow::Result<BTreeMap<String, StoreDefinition>> {
-        match source.take("key_value_store") {
-            Some(v) => parse_runtime_config(v, source.base_dir(), source.origin()),
-            None => Ok(BTreeMap::new()),
-        }
+        Labelled::parse(source, "key_value_store", parse_runtime_config)
     }
 
     fn build(
         config: &BTreeMap<String, StoreDefinition>,
         cx: &super::feature::AppContext<'_>,
     ) -> anyhow::Result<Self::App> {
-        Ok(super::feature::Labelled::new(config, cx))
+        Labelled::build(config, cx)
     }
 
     fn instance(
@@ -138,7 +138,20 @@ impl super::feature::HostFeature for KeyValue {
             component_id: component.id.as_str().into(),
             labels: Arc::new(labels),
             stores: Arc::new(stores),
+            table: FeatureTable::default(),
         })
+    }
+
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentStores,
+    ) -> anyhow::Result<()> {
+        type D = wasmtime::component::HasSelf<ComponentStores>;
+        spin_kv::add_to_linker::<_, D>(linker, get)?;
+        wasi_store::add_to_linker::<_, D>(linker, get)?;
+        wasi_batch::add_to_linker::<_, D>(linker, get)?;
+        wasi_atomics::add_to_linker::<_, D>(linker, get)?;
+        add_spin4_to_linker(linker)
     }
 }
 
@@ -711,28 +724,28 @@ pub struct Cas {
     current: Option<Vec<u8>>,
 }
 
-impl HostState {
-    fn open_store(&mut self, label: &str) -> Result<Arc<KvStore>, OpenError> {
-        let own = &self.features.key_value;
-        if !own.labels.contains(label) {
+impl ComponentStores {
+    fn open_store(&mut self, label: &str) -> Result<Resource<StoreHandle>, OpenError> {
+        if !self.labels.contains(label) {
             tracing::warn!(
                 "component `{}` tried to open key-value store `{label}`, which is not in its \
                  key_value_stores {:?}",
-                own.component_id,
-                own.labels
+                self.component_id,
+                self.labels
             );
             return Err(OpenError::AccessDenied);
         }
-        if self.open_stores >= MAX_OPEN_STORES {
+        if self.table.counted() >= MAX_OPEN_STORES {
             return Err(OpenError::TableFull);
         }
-        let store = own
+        let store = self
             .stores
             .get(label)
             .cloned()
             .ok_or(OpenError::NoSuchStore)?;
-        self.open_stores += 1;
-        Ok(store)
+        self.table
+            .push_counted(StoreHandle(store), MAX_OPEN_STORES)
+            .map_err(|_| OpenError::TableFull)
     }
 
     /// Opens `label` for the guest, mapping refusals with `refused`.
@@ -741,21 +754,21 @@ impl HostState {
         label: &str,
         refused: fn(OpenError) -> E,
     ) -> wasmtime::Result<Result<Resource<StoreHandle>, E>> {
-        match self.open_store(label) {
-            Ok(store) => Ok(Ok(self.table().push(StoreHandle(store))?)),
-            Err(e) => Ok(Err(refused(e))),
-        }
+        Ok(self.open_store(label).map_err(refused))
     }
 
     /// The store behind a guest handle (awaited after this borrow of the instance ends).
     fn store_of(&mut self, handle: &Resource<StoreHandle>) -> wasmtime::Result<Arc<KvStore>> {
-        Ok(self.table().get(handle)?.0.clone())
+        Ok(self.table.get().get(handle)?.0.clone())
     }
 
     fn close_store(&mut self, handle: Resource<StoreHandle>) -> wasmtime::Result<()> {
-        self.table().delete(handle)?;
-        self.open_stores = self.open_stores.saturating_sub(1);
+        self.table.delete_counted(handle)?;
         Ok(())
+    }
+
+    fn table(&mut self) -> &mut wasmtime::component::ResourceTable {
+        self.table.get()
     }
 }
 
@@ -770,9 +783,9 @@ fn wasi_err(e: KvError) -> wasi_store::Error {
     wasi_store::Error::Other(e.to_string())
 }
 
-impl spin_kv::Host for HostState {}
+impl spin_kv::Host for ComponentStores {}
 
-impl spin_kv::HostStore for HostState {
+impl spin_kv::HostStore for ComponentStores {
     async fn open(&mut self, label: String) -> SpinResult<Handle> {
         self.open_handle(&label, |e| match e {
             OpenError::AccessDenied => spin_kv::Error::AccessDenied,
@@ -812,7 +825,7 @@ impl spin_kv::HostStore for HostState {
 
 type WasiResult<T> = wasmtime::Result<Result<T, wasi_store::Error>>;
 
-impl wasi_store::Host for HostState {
+impl wasi_store::Host for ComponentStores {
     async fn open(&mut self, identifier: String) -> WasiResult<Handle> {
         self.open_handle(&identifier, |e| match e {
             OpenError::AccessDenied => wasi_store::Error::AccessDenied,
@@ -824,7 +837,7 @@ impl wasi_store::Host for HostState {
     }
 }
 
-impl wasi_store::HostBucket for HostState {
+impl wasi_store::HostBucket for ComponentStores {
     async fn get(&mut self, this: Handle, key: String) -> WasiResult<Option<Vec<u8>>> {
         Ok(self.store_of(&this)?.get(&key).await.map_err(wasi_err))
     }
@@ -867,7 +880,7 @@ impl wasi_store::HostBucket for HostState {
     }
 }
 
-impl wasi_batch::Host for HostState {
+impl wasi_batch::Host for ComponentStores {
     async fn get_many(
         &mut self,
         bucket: Handle,
@@ -909,7 +922,7 @@ impl wasi_batch::Host for HostState {
     }
 }
 
-impl wasi_atomics::Host for HostState {
+impl wasi_atomics::Host for ComponentStores {
     async fn increment(&mut self, bucket: Handle, key: String, delta: i64) -> WasiResult<i64> {
         Ok(self
             .store_of(&bucket)?
@@ -945,7 +958,7 @@ impl wasi_atomics::Host for HostState {
     }
 }
 
-impl wasi_atomics::HostCas for HostState {
+impl wasi_atomics::HostCas for ComponentStores {
     async fn new(&mut self, bucket: Handle, key: String) -> WasiResult<Resource<Cas>> {
         let store = self.store_of(&bucket)?;
         match store.get(&key).await {
@@ -977,17 +990,29 @@ impl wasi_atomics::HostCas for HostState {
 mod v3 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
-    use super::{spin_err, spin_kv, OpenError, StoreHandle};
-    use crate::host::{stream_and_future, with_host, Accessor, HostView};
+    use super::{spin_err, spin_kv, ComponentStores, OpenError, StoreHandle};
+    use crate::host::{stream_and_future, with_host, Accessor, HostState, HostView};
 
     type Error = spin_kv::Error;
     type Handle = Resource<StoreHandle>;
+
+    /// Runs `f` on the instance's key-value state (between awaits).
+    fn with_stores<T: HostView, R>(
+        acc: &Accessor<T>,
+        f: impl FnOnce(&mut ComponentStores) -> R,
+    ) -> R {
+        with_host(acc, |h| f(&mut h.features.key_value))
+    }
+
+    pub(super) fn close(h: &mut HostState, this: Handle) -> wasmtime::Result<()> {
+        h.features.key_value.close_store(this)
+    }
 
     pub(super) async fn open<T: HostView>(
         acc: &Accessor<T>,
         label: String,
     ) -> wasmtime::Result<Result<Handle, Error>> {
-        with_host(acc, |h| {
+        with_stores(acc, |h| {
             h.open_handle(&label, |e| match e {
                 OpenError::AccessDenied => Error::AccessDenied,
                 OpenError::NoSuchStore => Error::NoSuchStore,
@@ -1001,7 +1026,7 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
-        let store = with_host(acc, |h| h.store_of(&this))?;
+        let store = with_stores(acc, |h| h.store_of(&this))?;
         Ok(store.get(&key).await.map_err(spin_err))
     }
 
@@ -1011,7 +1036,7 @@ mod v3 {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let store = with_host(acc, |h| h.store_of(&this))?;
+        let store = with_stores(acc, |h| h.store_of(&this))?;
         Ok(store.set(&key, &value).await.map_err(spin_err))
     }
 
@@ -1020,7 +1045,7 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let store = with_host(acc, |h| h.store_of(&this))?;
+        let store = with_stores(acc, |h| h.store_of(&this))?;
         Ok(store.delete(&key).await.map_err(spin_err))
     }
 
@@ -1029,7 +1054,7 @@ mod v3 {
         this: Handle,
         key: String,
     ) -> wasmtime::Result<Result<bool, Error>> {
-        let store = with_host(acc, |h| h.store_of(&this))?;
+        let store = with_stores(acc, |h| h.store_of(&this))?;
         Ok(store.exists(&key).await.map_err(spin_err))
     }
 
@@ -1037,7 +1062,7 @@ mod v3 {
         acc: &Accessor<T>,
         this: Handle,
     ) -> wasmtime::Result<(StreamReader<String>, FutureReader<Result<(), Error>>)> {
-        let store = with_host(acc, |h| h.store_of(&this))?;
+        let store = with_stores(acc, |h| h.store_of(&this))?;
         match store.keys().await.map_err(spin_err) {
             Ok(keys) => stream_and_future(acc, keys, Ok(())),
             Err(e) => stream_and_future(acc, Vec::new(), Err(e)),
@@ -1046,12 +1071,12 @@ mod v3 {
 }
 
 /// Adds `spin:key-value/key-value@3.0.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     const INTERFACE: &str = "key-value";
     let mut inst = linker.instance("spin:key-value/key-value@3.0.0")?;
-    host_resource!(inst, "store", StoreHandle, HostState::close_store);
+    host_resource!(inst, "store", StoreHandle, v3::close);
     async_func!(inst, INTERFACE, "[static]store.open", v3::open, (label: String));
     async_func!(inst, INTERFACE, "[method]store.get", v3::get, (this: Handle, key: String));
     async_func!(inst, INTERFACE, "[method]store.set", v3::set, (this: Handle, key: String, value: Vec<u8>));

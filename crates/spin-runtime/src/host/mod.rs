@@ -385,11 +385,10 @@ pub struct HostState {
     component: Arc<ComponentHost>,
     /// Every host feature's state in this instance ([`host_features!`]).
     pub features: Features,
-    /// Guest handles of open stores, buckets and CAS handles. Behind a `Mutex` only so
-    /// that the prepared (never used) state of a component is `Sync`; access goes through
-    /// `get_mut`, which never locks.
+    /// Guest handles of the interfaces linked on [`HostState`] (the features have tables
+    /// of their own). Behind a `Mutex` only so that the prepared (never used) state of a
+    /// component is `Sync`; access goes through `get_mut`, which never locks.
     table: Mutex<ResourceTable>,
-    open_stores: usize,
     /// Open database and messaging connections (all kinds), capped at
     /// [`MAX_OPEN_CONNECTIONS`].
     open_connections: usize,
@@ -411,7 +410,6 @@ impl Clone for HostState {
             component: self.component.clone(),
             features: self.features.clone(),
             table: Mutex::new(ResourceTable::new()),
-            open_stores: 0,
             open_connections: 0,
             chain: self.chain.clone(),
             request_trace: None,
@@ -423,7 +421,7 @@ impl fmt::Debug for HostState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostState")
             .field("component", &self.component)
-            .field("open_stores", &self.open_stores)
+            .field("open_connections", &self.open_connections)
             .finish()
     }
 }
@@ -455,7 +453,6 @@ impl HostState {
             }),
             features,
             table: Mutex::new(ResourceTable::new()),
-            open_stores: 0,
             open_connections: 0,
             chain: Default::default(),
             request_trace: None,
@@ -616,14 +613,14 @@ where
 }
 
 /// Adds Spin 4's `async func` interfaces (besides `spin:variables@3.0.0`, see
-/// [`crate::p3`]): `spin:key-value@3.0.0`, `spin:sqlite@3.1.0`, `spin:redis@3.0.0`,
+/// [`crate::p3`], and those the features link, e.g. `spin:key-value@3.0.0`):
+/// `spin:sqlite@3.1.0`, `spin:redis@3.0.0`,
 /// `spin:mqtt@3.0.0`, `spin:postgres@4.2.0` and `spin:mysql@3.0.0`, on the same backends,
 /// allow-lists and limits as their Spin 3 forms. Their WIT types are those of the older
 /// forms (same names, cases and fields), so the older forms' generated types are reused.
 pub fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
-    kv::add_spin4_to_linker(linker)?;
     sqlite::add_spin4_to_linker(linker)?;
     redis::add_spin4_to_linker(linker)?;
     mqtt::add_spin4_to_linker(linker)?;
@@ -642,10 +639,8 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     use bindings::spin::postgres3_0_0::postgres as pg3;
     use bindings::spin::postgres4_0_0::postgres as pg4;
     use bindings::spin::sqlite::sqlite as sqlite3;
-    use bindings::wasi::keyvalue::{atomics, batch, store};
     type H = HasSelf<HostState>;
     Features::add_to_linker(linker)?;
-    v2::key_value::add_to_linker::<_, H>(linker, host)?;
     v2::sqlite::add_to_linker::<_, H>(linker, host)?;
     v2::redis::add_to_linker::<_, H>(linker, host)?;
     v2::rdbms_types::add_to_linker::<_, H>(linker, host)?;
@@ -655,9 +650,6 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     pg3::add_to_linker::<_, H>(linker, host)?;
     pg4::add_to_linker::<_, H>(linker, host)?;
     sqlite3::add_to_linker::<_, H>(linker, host)?;
-    store::add_to_linker::<_, H>(linker, host)?;
-    batch::add_to_linker::<_, H>(linker, host)?;
-    atomics::add_to_linker::<_, H>(linker, host)?;
     otel::add_to_linker(linker, host)?;
     Ok(())
 }

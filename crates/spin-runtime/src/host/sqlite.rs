@@ -205,17 +205,14 @@ impl super::feature::HostFeature for Sqlite {
     fn parse(
         source: &super::runtime_config::Source<'_>,
     ) -> anyhow::Result<BTreeMap<String, DatabaseDefinition>> {
-        match source.take("sqlite_database") {
-            Some(v) => parse_runtime_config(v, source.base_dir(), source.origin()),
-            None => Ok(BTreeMap::new()),
-        }
+        super::feature::Labelled::parse(source, "sqlite_database", parse_runtime_config)
     }
 
     fn build(
         config: &BTreeMap<String, DatabaseDefinition>,
         cx: &super::feature::AppContext<'_>,
     ) -> anyhow::Result<Self::App> {
-        Ok(super::feature::Labelled::new(config, cx))
+        super::feature::Labelled::build(config, cx)
     }
 
     fn instance(

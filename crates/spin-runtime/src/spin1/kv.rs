@@ -56,7 +56,7 @@ macro_rules! kv_func {
             $name,
             |mut s: StoreContextMut<'_, InstanceState>, ($($arg,)*): ($($ty,)*)| {
                 Box::new(async move {
-                    let $h = &mut s.data_mut().host;
+                    let $h = &mut s.data_mut().host.features.key_value;
                     let r: $out = $body;
                     r
                 })
