@@ -400,7 +400,8 @@ pub struct HostState {
     pub(crate) request_trace: Option<otel_export::ParentContext>,
 }
 
-/// At most this many outbound connections may be open at once in one instance.
+/// At most this many connections of one interface may be open at once in one instance (as
+/// in Spin, whose factors each keep a table of this size; SQLite's are counted apart).
 pub const MAX_OPEN_CONNECTIONS: usize = 1024;
 
 impl Clone for HostState {
@@ -613,15 +614,14 @@ where
 }
 
 /// Adds Spin 4's `async func` interfaces (besides `spin:variables@3.0.0`, see
-/// [`crate::p3`], and those the features link, e.g. `spin:key-value@3.0.0`):
-/// `spin:sqlite@3.1.0`, `spin:redis@3.0.0`,
+/// [`crate::p3`], and those the features link, e.g. `spin:key-value@3.0.0` and
+/// `spin:sqlite@3.1.0`): `spin:redis@3.0.0`,
 /// `spin:mqtt@3.0.0`, `spin:postgres@4.2.0` and `spin:mysql@3.0.0`, on the same backends,
 /// allow-lists and limits as their Spin 3 forms. Their WIT types are those of the older
 /// forms (same names, cases and fields), so the older forms' generated types are reused.
 pub fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
-    sqlite::add_spin4_to_linker(linker)?;
     redis::add_spin4_to_linker(linker)?;
     mqtt::add_spin4_to_linker(linker)?;
     pg::add_spin4_to_linker(linker)?;
@@ -638,10 +638,8 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     use bindings::fermyon::spin2_0_0 as v2;
     use bindings::spin::postgres3_0_0::postgres as pg3;
     use bindings::spin::postgres4_0_0::postgres as pg4;
-    use bindings::spin::sqlite::sqlite as sqlite3;
     type H = HasSelf<HostState>;
     Features::add_to_linker(linker)?;
-    v2::sqlite::add_to_linker::<_, H>(linker, host)?;
     v2::redis::add_to_linker::<_, H>(linker, host)?;
     v2::rdbms_types::add_to_linker::<_, H>(linker, host)?;
     v2::postgres::add_to_linker::<_, H>(linker, host)?;
@@ -649,7 +647,6 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     v2::mqtt::add_to_linker::<_, H>(linker, host)?;
     pg3::add_to_linker::<_, H>(linker, host)?;
     pg4::add_to_linker::<_, H>(linker, host)?;
-    sqlite3::add_to_linker::<_, H>(linker, host)?;
     otel::add_to_linker(linker, host)?;
     Ok(())
 }

@@ -48,7 +48,8 @@ use wasmtime::component::Resource;
 
 use super::bindings::fermyon::spin2_0_0::sqlite as v2;
 use super::bindings::spin::sqlite::sqlite as v3;
-use super::HostState;
+use super::feature::{FeatureTable, HostFeature, Labelled};
+use super::{HostView, MAX_OPEN_CONNECTIONS};
 
 pub mod libsql;
 
@@ -193,41 +194,65 @@ fn attach_rule(label: &str) -> String {
 
 /// The SQLite host feature: `[sqlite_database.<label>]`, the databases a component lists
 /// (`sqlite_databases`), and `fermyon:spin/sqlite@2.0.0`, `spin:sqlite@3.0.0` and Spin 4's
-/// `spin:sqlite@3.1.0` (linked on [`HostState`], which holds the guest's connections).
+/// `spin:sqlite@3.1.0` (implemented on [`ComponentSqlite`], which holds the guest's
+/// connections).
 pub struct Sqlite;
 
-impl super::feature::HostFeature for Sqlite {
+/// The databases one component may open, and one instance's connections to them.
+#[derive(Clone)]
+pub struct ComponentSqlite {
+    component_id: Arc<str>,
+    databases: Arc<Databases>,
+    /// Open connections, at most [`MAX_OPEN_CONNECTIONS`].
+    table: FeatureTable,
+}
+
+impl HostFeature for Sqlite {
     const SECTIONS: &'static [&'static str] = &["sqlite_database"];
     type Config = BTreeMap<String, DatabaseDefinition>;
-    type App = super::feature::Labelled<DatabaseDefinition>;
-    type Instance = Arc<Databases>;
+    type App = Labelled<DatabaseDefinition>;
+    type Instance = ComponentSqlite;
 
     fn parse(
         source: &super::runtime_config::Source<'_>,
     ) -> anyhow::Result<BTreeMap<String, DatabaseDefinition>> {
-        super::feature::Labelled::parse(source, "sqlite_database", parse_runtime_config)
+        Labelled::parse(source, "sqlite_database", parse_runtime_config)
     }
 
     fn build(
         config: &BTreeMap<String, DatabaseDefinition>,
         cx: &super::feature::AppContext<'_>,
     ) -> anyhow::Result<Self::App> {
-        super::feature::Labelled::build(config, cx)
+        Labelled::build(config, cx)
     }
 
     fn instance(
         app: &Self::App,
         cx: &super::feature::ComponentContext<'_>,
-    ) -> anyhow::Result<Arc<Databases>> {
+    ) -> anyhow::Result<ComponentSqlite> {
         let component = cx.component;
         let labels: BTreeSet<String> = component.sqlite_databases.iter().cloned().collect();
-        Ok(Arc::new(Databases::open(
-            &component.id,
-            &labels,
-            &app.definitions,
-            &app.state_dir,
-            &app.app_dir,
-        )?))
+        Ok(ComponentSqlite {
+            component_id: component.id.as_str().into(),
+            databases: Arc::new(Databases::open(
+                &component.id,
+                &labels,
+                &app.definitions,
+                &app.state_dir,
+                &app.app_dir,
+            )?),
+            table: FeatureTable::default(),
+        })
+    }
+
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentSqlite,
+    ) -> anyhow::Result<()> {
+        type D = wasmtime::component::HasSelf<ComponentSqlite>;
+        v2::add_to_linker::<_, D>(linker, get)?;
+        v3::add_to_linker::<_, D>(linker, get)?;
+        add_spin4_to_linker(linker)
     }
 }
 
@@ -551,12 +576,11 @@ enum Backend {
     Libsql(Arc<libsql::LibsqlConnection>),
 }
 
-impl HostState {
+impl ComponentSqlite {
     /// The database `database` if the component lists it, else `access-denied` (logged with
     /// the fix).
     fn sqlite_database(&self, database: &str) -> Result<Arc<Database>, SqliteError> {
-        self.features
-            .sqlite
+        self.databases
             .allowed
             .get(database)
             .cloned()
@@ -565,8 +589,8 @@ impl HostState {
                     "component `{}` opened SQLite database `{database}`, which it may not \
                      use: add sqlite_databases = [\"{database}\"] to [component.{}] in \
                      spin.toml",
-                    self.component.id,
-                    self.component.id
+                    self.component_id,
+                    self.component_id
                 );
                 SqliteError::AccessDenied
             })
@@ -578,20 +602,24 @@ impl HostState {
     }
 
     fn sqlite_push(&mut self, conn: SqliteConnection) -> Result<u32, SqliteError> {
-        self.push_connection(conn)
+        self.table
+            .push_counted(conn, MAX_OPEN_CONNECTIONS)
             .map(|r| r.rep())
-            .map_err(|()| SqliteError::TooManyConnections)
+            .map_err(|_| SqliteError::TooManyConnections)
     }
 
     fn sqlite_conn(&mut self, rep: u32) -> Result<Backend, SqliteError> {
-        self.table()
+        self.table
+            .get()
             .get(&Resource::<SqliteConnection>::new_borrow(rep))
             .map(|c| c.backend.clone())
             .map_err(|_| SqliteError::InvalidConnection)
     }
 
     fn sqlite_drop(&mut self, rep: u32) -> wasmtime::Result<()> {
-        self.drop_connection(Resource::<SqliteConnection>::new_own(rep))
+        self.table
+            .delete_counted(Resource::<SqliteConnection>::new_own(rep))
+            .map(drop)
     }
 }
 
@@ -715,9 +743,9 @@ async fn changes(backend: Backend) -> u64 {
     }
 }
 
-impl v3::Host for HostState {}
+impl v3::Host for ComponentSqlite {}
 
-impl v3::HostConnection for HostState {
+impl v3::HostConnection for ComponentSqlite {
     async fn open(
         &mut self,
         database: String,
@@ -788,9 +816,9 @@ fn from_v2_value(v: v2::Value) -> v3::Value {
     }
 }
 
-impl v2::Host for HostState {}
+impl v2::Host for ComponentSqlite {}
 
-impl v2::HostConnection for HostState {
+impl v2::HostConnection for ComponentSqlite {
     async fn open(
         &mut self,
         database: String,
@@ -844,8 +872,8 @@ mod v3_1 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
     use super::v3::{self, HostConnection as _};
-    use super::HostState;
-    use crate::host::{stream_and_future, with_host, Accessor, HostView};
+    use super::ComponentSqlite;
+    use crate::host::{stream_and_future, with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<v3::Connection>;
     type Opened = wasmtime::Result<Result<Conn, v3::Error>>;
@@ -855,8 +883,16 @@ mod v3_1 {
         FutureReader<Result<(), v3::Error>>,
     );
 
+    /// Runs `f` on the instance's SQLite state (between awaits).
+    fn with_sqlite<T: HostView, R>(
+        acc: &Accessor<T>,
+        f: impl FnOnce(&mut ComponentSqlite) -> R,
+    ) -> R {
+        with_host(acc, |h| f(&mut h.features.sqlite))
+    }
+
     pub(super) async fn open(h: &mut HostState, database: String) -> Opened {
-        h.open(database).await
+        h.features.sqlite.open(database).await
     }
 
     pub(super) async fn execute(
@@ -865,23 +901,23 @@ mod v3_1 {
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<v3::QueryResult, v3::Error>> {
-        h.execute(this, statement, parameters).await
+        h.features.sqlite.execute(this, statement, parameters).await
     }
 
     pub(super) async fn last_insert_rowid(h: &mut HostState, this: Conn) -> wasmtime::Result<i64> {
-        h.last_insert_rowid(this).await
+        h.features.sqlite.last_insert_rowid(this).await
     }
 
     pub(super) async fn changes(h: &mut HostState, this: Conn) -> wasmtime::Result<u64> {
-        h.changes(this).await
+        h.features.sqlite.changes(this).await
     }
 
     pub(super) fn drop(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
-        h.sqlite_drop(this.rep())
+        h.features.sqlite.sqlite_drop(this.rep())
     }
 
     pub(super) async fn open_async<T: HostView>(acc: &Accessor<T>, database: String) -> Opened {
-        let db = match with_host(acc, |h| h.sqlite_database(&database)) {
+        let db = match with_sqlite(acc, |h| h.sqlite_database(&database)) {
             Ok(db) => db,
             Err(e) => return Ok(Err(e.into())),
         };
@@ -889,7 +925,7 @@ mod v3_1 {
             Ok(conn) => conn,
             Err(e) => return Ok(Err(e.into())),
         };
-        Ok(with_host(acc, |h| h.sqlite_push(conn))
+        Ok(with_sqlite(acc, |h| h.sqlite_push(conn))
             .map(Resource::new_own)
             .map_err(Into::into))
     }
@@ -900,7 +936,7 @@ mod v3_1 {
         statement: String,
         parameters: Vec<v3::Value>,
     ) -> wasmtime::Result<Result<Rows, v3::Error>> {
-        let backend = match with_host(acc, |h| h.sqlite_conn(this.rep())) {
+        let backend = match with_sqlite(acc, |h| h.sqlite_conn(this.rep())) {
             Ok(backend) => backend,
             Err(e) => return Ok(Err(e.into())),
         };
@@ -917,7 +953,7 @@ mod v3_1 {
         acc: &Accessor<T>,
         this: Conn,
     ) -> wasmtime::Result<i64> {
-        let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        let backend = with_sqlite(acc, |h| h.sqlite_conn(this.rep()))?;
         Ok(super::last_insert_rowid(backend).await)
     }
 
@@ -925,13 +961,13 @@ mod v3_1 {
         acc: &Accessor<T>,
         this: Conn,
     ) -> wasmtime::Result<u64> {
-        let backend = with_host(acc, |h| h.sqlite_conn(this.rep()))?;
+        let backend = with_sqlite(acc, |h| h.sqlite_conn(this.rep()))?;
         Ok(super::changes(backend).await)
     }
 }
 
 /// Adds `spin:sqlite/sqlite@3.1.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3_1::Conn;
