@@ -296,6 +296,7 @@ host_features! {
     llm: llm::Llm,
     client_tls: tls::ClientTlsFeature,
     network: network_policy::Network,
+    otel: otel::Otel,
 }
 
 impl RuntimeConfig {
@@ -647,7 +648,6 @@ pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> 
     v2::mqtt::add_to_linker::<_, H>(linker, host)?;
     pg3::add_to_linker::<_, H>(linker, host)?;
     pg4::add_to_linker::<_, H>(linker, host)?;
-    otel::add_to_linker(linker, host)?;
     Ok(())
 }
 

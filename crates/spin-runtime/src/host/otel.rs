@@ -13,14 +13,16 @@
 //! `data:application/octet-stream;base64,...`); a value that is not JSON is kept as text.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use otel_export::opentelemetry as otel;
 use otel_export::opentelemetry_sdk as sdk;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
-use super::HostState;
+use super::feature::HostFeature;
+use super::HostView;
 
 mod bindings {
     macro_rules! otel_bindgen {
@@ -50,18 +52,74 @@ pub const INTERFACES: &[&str] = &[
     "wasi:otel/metrics@0.2.0-rc.2",
 ];
 
-/// Adds `wasi:otel@0.2.0-rc.2`'s interfaces to `linker`; `host` reaches the instance's
-/// [`HostState`].
-pub fn add_to_linker<T: Send + 'static>(
-    linker: &mut Linker<T>,
-    host: fn(&mut T) -> &mut HostState,
-) -> anyhow::Result<()> {
-    type H = HasSelf<HostState>;
-    types::add_to_linker::<_, H>(linker, host)?;
-    wtrace::add_to_linker::<_, H>(linker, host)?;
-    logs::add_to_linker::<_, H>(linker, host)?;
-    metrics::add_to_linker::<_, H>(linker, host)?;
-    Ok(())
+/// The guest-telemetry host feature: `wasi:otel@0.2.0-rc.2`. It has no runtime-config
+/// section (the exporters are the runtime's, set up from the `OTEL_*` environment).
+pub struct Otel;
+
+/// What one component's instances export under: its id.
+#[derive(Clone)]
+pub struct ComponentOtel {
+    component_id: Arc<str>,
+}
+
+impl HostFeature for Otel {
+    const SECTIONS: &'static [&'static str] = &[];
+    type Config = ();
+    type App = ();
+    type Instance = ComponentOtel;
+
+    fn parse(_: &super::runtime_config::Source<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn build(_: &(), _: &super::feature::AppContext<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn instance(
+        _: &(),
+        cx: &super::feature::ComponentContext<'_>,
+    ) -> anyhow::Result<ComponentOtel> {
+        Ok(ComponentOtel {
+            component_id: cx.component.id.as_str().into(),
+        })
+    }
+
+    /// Links the interfaces on a view of the instance: besides the feature's state, the calls read
+    /// the trace of the request the instance serves, which is the instance's, not the
+    /// feature's (host-call and outbound spans take it as their parent too).
+    fn add_to_linker<T: HostView>(
+        linker: &mut Linker<T>,
+        _: fn(&mut T) -> &mut ComponentOtel,
+    ) -> anyhow::Result<()> {
+        types::add_to_linker::<_, OtelData>(linker, view::<T>)?;
+        wtrace::add_to_linker::<_, OtelData>(linker, view::<T>)?;
+        logs::add_to_linker::<_, OtelData>(linker, view::<T>)?;
+        metrics::add_to_linker::<_, OtelData>(linker, view::<T>)?;
+        Ok(())
+    }
+}
+
+/// What a `wasi:otel` call of one instance reads: the component's state and the trace
+/// context of the request the instance serves.
+struct OtelView<'a> {
+    otel: &'a ComponentOtel,
+    request_trace: Option<&'a otel_export::ParentContext>,
+}
+
+/// [`HasData`] of the `wasi:otel` bindings: their host is an `OtelView`.
+struct OtelData;
+
+impl HasData for OtelData {
+    type Data<'a> = OtelView<'a>;
+}
+
+fn view<T: HostView>(data: &mut T) -> OtelView<'_> {
+    let host = data.host();
+    OtelView {
+        otel: &host.features.otel,
+        request_trace: host.request_trace.as_ref(),
+    }
 }
 
 const BYTES_PREFIX: &str = "data:application/octet-stream;base64,";
@@ -262,9 +320,9 @@ fn span_data(s: wtrace::SpanData) -> Option<sdk::trace::SpanData> {
     })
 }
 
-impl types::Host for HostState {}
+impl types::Host for OtelView<'_> {}
 
-impl wtrace::Host for HostState {
+impl wtrace::Host for OtelView<'_> {
     async fn on_start(&mut self, context: wtrace::SpanContext) -> wasmtime::Result<()> {
         if !otel_export::enabled() {
             return Ok(());
@@ -272,7 +330,7 @@ impl wtrace::Host for HostState {
         // The span itself is exported whole when the guest ends it; until then the runtime's
         // spans of this request go under it.
         if let Some(sc) = span_context(context) {
-            otel_export::guest::span_started(self.request_trace.as_ref(), sc);
+            otel_export::guest::span_started(self.request_trace, sc);
         }
         Ok(())
     }
@@ -288,7 +346,7 @@ impl wtrace::Host for HostState {
         match span_data(span) {
             Some(data) => otel_export::guest::export_span(data),
             None => tracing::debug!(
-                component = %self.component.id,
+                component = %self.otel.component_id,
                 span = %name,
                 "wasi:otel span dropped: its trace or span id is not the hex the WIT asks for"
             ),
@@ -298,21 +356,21 @@ impl wtrace::Host for HostState {
 
     async fn outer_span_context(&mut self) -> wasmtime::Result<wtrace::SpanContext> {
         Ok(to_guest(&otel_export::guest::outer_span_context(
-            self.request_trace.as_ref(),
+            self.request_trace,
         )))
     }
 }
 
-impl logs::Host for HostState {
+impl logs::Host for OtelView<'_> {
     async fn on_emit(&mut self, data: logs::LogRecord) -> wasmtime::Result<()> {
         use otel::logs::LogRecord as _;
         if !otel_export::logs_enabled() {
             return Ok(());
         }
         let scope = data.instrumentation_scope.map(scope).unwrap_or_else(|| {
-            otel::InstrumentationScope::builder(self.component.id.clone()).build()
+            otel::InstrumentationScope::builder(self.otel.component_id.to_string()).build()
         });
-        let component = self.component.id.clone();
+        let component = self.otel.component_id.to_string();
         otel_export::guest::emit_log(scope, move |r| {
             if let Some(t) = data.timestamp {
                 r.set_timestamp(time(t));
@@ -357,7 +415,7 @@ impl logs::Host for HostState {
     }
 }
 
-impl metrics::Host for HostState {
+impl metrics::Host for OtelView<'_> {
     async fn export(
         &mut self,
         data: metrics::ResourceMetrics,
@@ -371,7 +429,7 @@ impl metrics::Host for HostState {
         Ok(otel_export::guest::export_metrics(request)
             .await
             .map_err(|e| {
-                tracing::warn!(component = %self.component.id, "wasi:otel metrics: {e}");
+                tracing::warn!(component = %self.otel.component_id, "wasi:otel metrics: {e}");
                 e
             }))
     }
