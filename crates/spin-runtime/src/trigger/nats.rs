@@ -13,11 +13,16 @@
 //!   for its delivery count (200 ms doubling to 5 s). Messages are pulled one at a time,
 //!   each once the previous one is settled, and marked in progress every half ack wait
 //!   while their handler runs: none is delivered again meanwhile, and none is left waiting
-//!   in a stopping client.
+//!   in a stopping client. Each ACK and NAK is confirmed by the server (a JetStream
+//!   "double ack"), so a settled message is settled on the server before the next pull and
+//!   before the process exits.
 //!
 //! Each entry has its own connection. A lost or refused connection is logged and retried
-//! with the triggers' backoff (200 ms doubling to 5 s) and the subscription is renewed; on
-//! shutdown no message is taken, the running handler finishes and the connection drains.
+//! with the triggers' backoff (200 ms doubling to 5 s) and the subscription is renewed. On
+//! shutdown no message is taken: the running handler finishes and its message is
+//! acknowledged (confirmed), a message the server sends in answer to a pull made just
+//! before the stop is NAKed at once for another consumer, then the connection drains and
+//! the trigger waits until it is closed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,6 +45,11 @@ pub const INBOUND_NATS: &str = "spin:nats-trigger/inbound-nats@0.1.0";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the server holds a JetStream pull request open while no message is there.
 const PULL_WAIT: Duration = Duration::from_secs(5);
+/// At a stop with a pull request out: how long a message the server may already be sending
+/// in answer is awaited (and then NAKed), so that it does not wait out its ack wait.
+const SETTLE_WAIT: Duration = Duration::from_millis(500);
+/// How long a stopping trigger waits for its drained connection to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// `inbound-nats.message`.
 #[derive(ComponentType, Lower, Debug, Clone)]
@@ -257,10 +267,17 @@ impl Listener {
                 delay
             });
         let (trigger, server) = (self.trigger.clone(), shown.clone());
+        // `Client::drain` only asks the connection's task to drain: its end is this event.
+        let closed = Arc::new(tokio::sync::Notify::new());
+        let on_close = closed.clone();
         options = options.event_callback(move |event| {
-            let (trigger, server) = (trigger.clone(), server.clone());
+            let (trigger, server, on_close) = (trigger.clone(), server.clone(), on_close.clone());
             async move {
                 match event {
+                    async_nats::Event::Closed => on_close.notify_one(),
+                    async_nats::Event::Draining => {
+                        tracing::debug!(trigger = %trigger, server = %server, "nats: draining")
+                    }
                     async_nats::Event::Connected => {
                         tracing::info!(trigger = %trigger, server = %server, "nats trigger connected")
                     }
@@ -307,11 +324,25 @@ impl Listener {
                 }
             }
         }
-        // Flushes and closes the connection; a server that is away gets no longer than this.
-        match tokio::time::timeout(CONNECT_TIMEOUT, client.drain()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(trigger = %self.trigger, "nats drain: {e}"),
-            Err(_) => tracing::debug!(trigger = %self.trigger, "nats drain: no answer"),
+        // Unsubscribes, flushes and closes the connection. The drain runs in the client's
+        // connection task: returning before it ends would let the process exit with what
+        // is still queued there unsent. A connection that is down drains nothing.
+        let connected = client.connection_state() == async_nats::connection::State::Connected;
+        match client.drain().await {
+            Ok(()) if connected => {
+                if tokio::time::timeout(CLOSE_WAIT, closed.notified())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        trigger = %self.trigger,
+                        server = %shown,
+                        "nats trigger: the connection did not close within {CLOSE_WAIT:?} of the drain"
+                    );
+                }
+            }
+            Ok(()) => {}
+            Err(e) => tracing::debug!(trigger = %self.trigger, "nats drain: {e}"),
         }
     }
 
@@ -412,7 +443,14 @@ impl Listener {
             let mut batch = pulled.context("pull request")?;
             let m = tokio::select! {
                 biased;
-                _ = stop.wait() => return Ok(()),
+                _ = stop.wait() => {
+                    // The server may be sending a message in answer already: handed back at
+                    // once, it is not left to wait out its ack wait in a client that is gone.
+                    if let Ok(Some(Ok(m))) = tokio::time::timeout(SETTLE_WAIT, batch.next()).await {
+                        self.settle(&m, jetstream::AckKind::Nak(None)).await;
+                    }
+                    return Ok(());
+                }
                 m = batch.next() => m,
             };
             let m = match m {
@@ -421,17 +459,34 @@ impl Listener {
                 Some(Err(e)) => bail!("the pull request failed: {e}"),
                 Some(Ok(m)) => m,
             };
-            let acked = if self.handle_in_progress(app, &m, ack_wait).await {
-                m.ack().await
+            let kind = if self.handle_in_progress(app, &m, ack_wait).await {
+                jetstream::AckKind::Ack
             } else {
                 // Redelivered after the triggers' backoff for its delivery count.
                 let delivered = m.info().map(|i| i.delivered).unwrap_or(1);
-                let delay = reconnect_delay(usize::try_from(delivered).unwrap_or(1));
-                m.ack_with(jetstream::AckKind::Nak(Some(delay))).await
+                jetstream::AckKind::Nak(Some(reconnect_delay(
+                    usize::try_from(delivered).unwrap_or(1),
+                )))
             };
-            if let Err(e) = acked {
-                tracing::warn!(trigger = %self.trigger, "nats: cannot acknowledge the message: {e}");
-            }
+            self.settle(&m, kind).await;
+        }
+    }
+
+    /// Sends `kind` (ACK or NAK) for `m` and waits for the server to confirm it: a message
+    /// handled at a stop is acknowledged on the server before the process exits. A failure
+    /// is logged (the server delivers the message again after its ack wait).
+    async fn settle(&self, m: &jetstream::Message, kind: jetstream::AckKind) {
+        let what = match kind {
+            jetstream::AckKind::Ack => "acknowledge",
+            _ => "hand back (NAK)",
+        };
+        if let Err(e) = m.double_ack_with(kind).await {
+            tracing::warn!(
+                trigger = %self.trigger,
+                subject = %m.subject,
+                "nats: cannot {what} the message (the server delivers it again after its ack \
+                 wait): {e}"
+            );
         }
     }
 
