@@ -95,6 +95,42 @@ impl Moto {
         ));
     }
 
+    /// Sends `body` to `queue` with one SendMessage request on a plain socket: no process to
+    /// start, so it reaches the server within milliseconds of the call. moto does not check
+    /// the signature; the Authorization header gives it the region.
+    fn send_now(&self, queue: &str, body: &str) {
+        use std::io::{Read, Write};
+        let payload = serde_json::json!({"QueueUrl": queue, "MessageBody": body}).to_string();
+        let addr = self.proc.addr();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+             X-Amz-Target: AmazonSQS.SendMessage\r\nAuthorization: AWS4-HMAC-SHA256 \
+             Credential=testing/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, \
+             Signature=00\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+            payload.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.contains("MessageId"),
+            "SendMessage to moto: {reply}"
+        );
+    }
+
+    /// (visible, received and not yet deleted or back) messages of the queue.
+    fn counts(&self, queue: &str) -> (u64, u64) {
+        let out = self.boto(&format!(
+            "a = sqs.get_queue_attributes(QueueUrl='{queue}', AttributeNames=['All'])['Attributes']\n\
+             print(a['ApproximateNumberOfMessages'], a['ApproximateNumberOfMessagesNotVisible'])"
+        ));
+        let n: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        (n[0], n[1])
+    }
+
     /// Visible plus in-flight messages of the queue.
     fn remaining(&self, queue: &str) -> u64 {
         let out = self.boto(&format!(
@@ -118,11 +154,21 @@ impl Moto {
 /// The spin-sqs-trigger app (as in tests/apps) polling `queue`, plus the HTTP route;
 /// `extra` is added to the `[[trigger.sqs]]` entry.
 fn sqs_app(queue: &str, max_messages: u32, extra: &str) -> tempfile::TempDir {
+    sqs_app_waiting(queue, max_messages, 1, extra)
+}
+
+/// [`sqs_app`] long-polling `idle_wait` seconds per receive.
+fn sqs_app_waiting(
+    queue: &str,
+    max_messages: u32,
+    idle_wait: u32,
+    extra: &str,
+) -> tempfile::TempDir {
     app_from_manifest(&format!(
         "spin_manifest_version = 2\n[application]\nname = \"sqs-test\"\n\
          [variables]\nrecord_address = {{ required = true }}\n\
          [[trigger.sqs]]\ncomponent = \"recorder\"\nqueue_url = \"{queue}\"\n\
-         max_messages = {max_messages}\nidle_wait_seconds = 1\n\
+         max_messages = {max_messages}\nidle_wait_seconds = {idle_wait}\n\
          system_attributes = [\"ApproximateReceiveCount\"]\nmessage_attributes = [\"All\"]\n{extra}\
          [component.recorder]\nsource = \"{{WASM_DIR}}/spin_sqs_trigger.wasm\"\n\
          allowed_outbound_hosts = [\"redis://*:*\"]\n\
@@ -230,6 +276,67 @@ fn sqs_keeps_polling_through_a_server_outage() {
         l.iter().any(|x| x.starts_with("after "))
     });
     assert!(seen.iter().any(|x| x.starts_with("after ")), "{seen:?}");
+}
+
+#[test]
+fn sqs_stop_leaves_no_message_received_and_unhandled() {
+    let record = redis();
+    let moto = Moto::start();
+    // A long visibility timeout: a message taken and dropped would stay invisible 60 s.
+    let queue = moto.create_queue("stopping", 60);
+    // Receives long-poll 5 s: one is in flight whenever the queue is idle.
+    let app = sqs_app_waiting(&queue, 5, 5, "");
+    let env = moto.env(&record);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut server = Server::start(app.path(), &env);
+    assert!(wait_log(&server, "sqs trigger polling", 1));
+    // A message handled before the stop proves a receive is out and served.
+    moto.send_now(&queue, "first");
+    wait_list(&record, "sqs-seen", |l| l.len() == 1);
+    // The stop lands while the next long poll waits; messages come right after it. A
+    // receive dropped at the stop would leave them to moto's still-waiting poll: received
+    // (invisible for 60 s) and never handled.
+    server.signal("TERM");
+    assert!(wait_log(&server, "SIGTERM received", 1));
+    for body in ["late0", "late1", "late2"] {
+        moto.send_now(&queue, body);
+    }
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(!log.contains("drain timeout"), "{log}");
+    let handled = redis_list(&record, "sqs-seen")
+        .iter()
+        .filter(|l| l.starts_with("late"))
+        .count() as u64;
+    let (visible, invisible) = moto.counts(&queue);
+    let released = log.contains("sqs trigger stopping: released");
+    println!(
+        "sqs stop with a receive in flight: {handled} of 3 handled (and deleted) before the exit, \
+         {visible} visible, {invisible} received and not handled; released at once: {released}"
+    );
+    assert_eq!(
+        (invisible, handled + visible),
+        (0, 3),
+        "(received but neither handled nor released, handled + visible) after the stop\n{log}"
+    );
+
+    // Released messages go to the next consumer at once (not after 60 s), each once.
+    let mut server = Server::start(app.path(), &env);
+    let seen = wait_list(&record, "sqs-seen", |l| {
+        ["late0", "late1", "late2"]
+            .iter()
+            .all(|b| l.iter().any(|x| x.starts_with(&format!("{b} "))))
+    });
+    for b in ["late0", "late1", "late2"] {
+        let n = seen
+            .iter()
+            .filter(|x| x.starts_with(&format!("{b} ")))
+            .count();
+        assert_eq!(n, 1, "{b} handled {n} times: {seen:?}");
+    }
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+    assert_eq!(moto.counts(&queue), (0, 0), "every message deleted");
 }
 
 /// `queue_url`, `max_messages`, more keys, environment, what the error names.
@@ -765,4 +872,67 @@ fn nats_jetstream_handler_longer_than_the_ack_wait_is_not_redelivered_meanwhile(
     );
     server.signal("TERM");
     assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+/// The field at `pointer` of consumer `consumer` of stream `JOBS` (`$JS.API.CONSUMER.INFO`).
+fn consumer_field(nats: &Proc, consumer: &str, pointer: &str) -> Option<u64> {
+    let info = nats
+        .nats_request(&format!("$JS.API.CONSUMER.INFO.JOBS.{consumer}"), "")
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&info).ok()?;
+    v.pointer(pointer).and_then(serde_json::Value::as_u64)
+}
+
+#[test]
+fn nats_jetstream_stop_acknowledges_the_message_in_flight_before_exiting() {
+    let record = redis();
+    let nats = servers::nats();
+    jobs_stream(&nats);
+    let app = nats_app(
+        "subject = \"jobs.>\"\njetstream = { stream = \"JOBS\", durable = \"spin-jobs\" }",
+    );
+    // 1.5 s each: whenever one is recorded, the next one is in flight.
+    let slow: Vec<String> = (0..8).map(|i| format!("slow{i}")).collect();
+    let mut handled = 0;
+    let mut per_stop = Vec::new();
+    for stop in 1..=3 {
+        let mut server = start_jetstream_app(app.path(), &nats, &record);
+        if stop == 1 {
+            nats.jetstream_publish("jobs.slow", &slow).unwrap();
+        }
+        wait_list(&record, "nats-seen", |l| l.len() > handled);
+        server.signal("TERM");
+        assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+        let log = server.stderr.lock().unwrap().clone();
+        assert!(!log.contains("drain timeout"), "{log}");
+        let now = redis_list(&record, "nats-seen").len();
+        assert!(now > handled, "stop {stop}: nothing handled\n{log}");
+        per_stop.push(now - handled);
+        handled = now;
+        // Read once the process is gone: what it settled, the server has.
+        let floor = consumer_field(&nats, "spin-jobs", "/ack_floor/stream_seq");
+        let pending = consumer_field(&nats, "spin-jobs", "/num_ack_pending");
+        assert_eq!(
+            (floor, pending),
+            (Some(handled as u64), Some(0)),
+            "stop {stop}: {handled} messages handled; (ack floor, delivered and not settled) \
+             after the exit\n{log}"
+        );
+    }
+    // The next run gets the rest at once: each message once, in order.
+    let mut server = start_jetstream_app(app.path(), &nats, &record);
+    let seen = wait_list(&record, "nats-seen", |l| l.len() >= slow.len());
+    let want: Vec<String> = slow.iter().map(|m| format!("jobs.slow {m}")).collect();
+    assert_eq!(seen, want, "once each, in order, across three stops");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer_field(&nats, "spin-jobs", "/ack_floor/stream_seq") != Some(8) {
+        assert!(
+            Instant::now() < deadline,
+            "not every message was acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+    println!("nats stops with a handler in flight: handled per run {per_stop:?}, each acknowledged before the exit");
 }

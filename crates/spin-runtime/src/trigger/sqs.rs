@@ -15,8 +15,13 @@
 //!
 //! Beyond the plugin: ReceiveMessage long-polls (`WaitTimeSeconds` = `idle_wait_seconds`,
 //! at most 5 s), at most `max_messages` handlers run at once per queue, a failing
-//! receive is retried with the triggers' backoff, and on shutdown no message is received
-//! while the running handlers finish within the drain bound.
+//! receive is retried with the triggers' backoff.
+//!
+//! On shutdown no new receive starts; the running handlers finish within the drain bound and
+//! delete their messages. A long poll in flight at the stop is not cancelled (the server
+//! would still hand its messages to the dropped request, invisible and unhandled until
+//! their visibility timeout): it is awaited (at most `WaitTimeSeconds`, 5 s), and what it
+//! returns is released at once (`ChangeMessageVisibilityBatch` to 0) for another consumer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -330,11 +335,25 @@ impl Queue {
                 }
             }
             let want = usize::from(self.max_messages) - running.len();
+            let receiving = self.receive(want, wait);
+            tokio::pin!(receiving);
             let received = tokio::select! {
-                r = self.receive(want, wait) => r,
-                _ = stop.wait() => break,
+                r = &mut receiving => r,
+                _ = stop.wait() => {
+                    tracing::info!(
+                        trigger = %s.trigger,
+                        queue = %s.queue_url,
+                        "sqs trigger stopping: awaiting the receive in flight (at most {wait:?}) to \
+                         release what it returns"
+                    );
+                    receiving.await
+                }
             };
             match received {
+                Ok(messages) if stop.is_set() => {
+                    s.release(messages).await;
+                    break;
+                }
                 Ok(messages) => {
                     backoff.reset();
                     if messages.is_empty() {
@@ -417,6 +436,54 @@ impl Queue {
 }
 
 impl Shared {
+    /// Makes `messages`, received but not handled, visible again at once
+    /// (`ChangeMessageVisibilityBatch` with timeout 0), so that another consumer gets them
+    /// now rather than after their visibility timeout.
+    async fn release(&self, messages: Vec<Received>) {
+        let entries: Vec<Value> = messages
+            .iter()
+            .filter_map(|m| m.receipt.as_ref())
+            .enumerate()
+            .map(|(i, receipt)| json!({"Id": i.to_string(), "ReceiptHandle": receipt, "VisibilityTimeout": 0}))
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        let count = entries.len();
+        let body = json!({"QueueUrl": self.queue_url, "Entries": entries});
+        match self.client.call("ChangeMessageVisibilityBatch", body).await {
+            Ok(reply) => {
+                let failed = reply
+                    .get("Failed")
+                    .and_then(Value::as_array)
+                    .filter(|f| !f.is_empty());
+                match failed {
+                    None => tracing::info!(
+                        trigger = %self.trigger,
+                        queue = %self.queue_url,
+                        "sqs trigger stopping: released {count} message(s) received at the stop \
+                         (visible again at once)"
+                    ),
+                    Some(f) => tracing::warn!(
+                        trigger = %self.trigger,
+                        queue = %self.queue_url,
+                        "sqs trigger stopping: {} of {count} message(s) received at the stop \
+                         could not be released (they come back after their visibility \
+                         timeout): {}",
+                        f.len(),
+                        serde_json::to_string(f).unwrap_or_default()
+                    ),
+                }
+            }
+            Err(e) => tracing::warn!(
+                trigger = %self.trigger,
+                queue = %self.queue_url,
+                "sqs trigger stopping: cannot release {count} message(s) received at the stop \
+                 (they come back after their visibility timeout): {e:#}"
+            ),
+        }
+    }
+
     /// Runs the handler on one message, renewing its lease meanwhile; deletes it when the
     /// handler says `delete`.
     async fn process(&self, app: &LoadedApp, m: Received, lease: Duration) {
