@@ -11,6 +11,8 @@
 //! - the kubelet's cgroup driver (command line or config file) against the node;
 //! - the shim binary where containerd looks for it (`runtime_path`, containerd's `PATH`,
 //!   the directory of the containerd binary);
+//! - the shim's settings in containerd's environment (which the shim inherits), checked as
+//!   the shim checks them at start;
 //! - the compiled-component cache's owner and mode;
 //! - device-rule enforcement on cgroup v2.
 //!
@@ -195,10 +197,7 @@ impl Proc {
     }
 
     fn env(&self, key: &str) -> Option<&str> {
-        self.env
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        spin_shim_settings::lookup(&self.env, key)
     }
 
     /// The value of flag `long` (`--x V`, `--x=V`, or `short V`).
@@ -815,6 +814,12 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
         }
     }
 
+    // The shim's settings, from containerd's environment.
+    if let Some(p) = cd.as_ref() {
+        let (verdict, detail, fix) = shim_settings_check(&p.env);
+        add("settings", verdict, detail, fix);
+    }
+
     // The compile cache.
     let cache = cd
         .as_ref()
@@ -901,9 +906,73 @@ pub fn inspect(target: &Target, opts: &Options) -> Report {
     Report { checks, facts }
 }
 
+/// The `settings` check: the shim's settings in `env` (containerd's environment, which the
+/// shim inherits), checked as the shim checks them before it serves.
+fn shim_settings_check(env: &[(String, String)]) -> (Verdict, String, Option<String>) {
+    use spin_shim_settings::{shim::ShimSettings, vars_of, Role};
+    let set: Vec<&str> = vars_of(Role::Shim)
+        .map(|v| v.name)
+        .filter(|n| spin_shim_settings::lookup(env, n).is_some_and(|v| !v.is_empty()))
+        .collect();
+    match ShimSettings::from_env(env) {
+        Err(e) => (
+            Verdict::Fail,
+            format!("{e}: the shim refuses to start with it, so no pod of this runtime starts"),
+            Some(
+                "fix or remove it in containerd's environment (e.g. the `Environment=` of its \
+                 systemd unit) and restart containerd"
+                    .into(),
+            ),
+        ),
+        Ok(_) if set.is_empty() => (
+            Verdict::Ok,
+            "containerd's environment sets none of the shim's settings: the defaults apply".into(),
+            None,
+        ),
+        Ok(_) => (
+            Verdict::Ok,
+            format!(
+                "containerd's environment sets {}: all valid",
+                set.join(", ")
+            ),
+            None,
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shims_settings_in_containerds_environment_are_checked() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (v, d, fix) = shim_settings_check(&env(&[("PATH", "/bin")]));
+        assert_eq!(v, Verdict::Ok);
+        assert!(
+            d.contains("none of the shim's settings") && fix.is_none(),
+            "{d}"
+        );
+        let (v, d, _) = shim_settings_check(&env(&[("SPIN_SHIM_STATE_DIR", "/run/s")]));
+        assert_eq!(v, Verdict::Ok);
+        assert!(d.contains("SPIN_SHIM_STATE_DIR: all valid"), "{d}");
+        // The last value wins, as in the shim's environment built from the list.
+        let (v, d, fix) = shim_settings_check(&env(&[
+            ("SPIN_SHIM_COMPILE_TIMEOUT_SECS", "9"),
+            ("SPIN_SHIM_COMPILE_TIMEOUT_SECS", "9s"),
+        ]));
+        assert_eq!(v, Verdict::Fail);
+        assert!(
+            d.contains("SPIN_SHIM_COMPILE_TIMEOUT_SECS=`9s` in the shim's environment"),
+            "{d}"
+        );
+        assert!(fix.unwrap().contains("restart containerd"));
+    }
 
     #[test]
     fn versions_of_every_packaging() {

@@ -146,6 +146,14 @@ impl ContainerSettings {
         CURRENT.get()
     }
 
+    /// [`TIERED_COMPILE`] and [`TIERED_COMPILE_MIN_BYTES`] together.
+    pub fn tiering(&self) -> Tiering {
+        Tiering {
+            enabled: self.tiered_compile,
+            min_bytes: self.tiered_compile_min_bytes,
+        }
+    }
+
     pub(crate) fn read(r: &Reader<'_>) -> Result<Self, SettingError> {
         let secs = |s: u64| Some(Duration::from_secs(s));
         let listen = r.addr(HTTP_LISTEN_ADDR, "0.0.0.0:80")?;
@@ -216,6 +224,38 @@ pub fn wasi_timeout(env: &[(String, String)]) -> Result<Option<Duration>, Settin
     .fractional_secs(WASI_TIMEOUT)
 }
 
+/// When a component the compile cache misses starts on baseline code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiering {
+    /// [`TIERED_COMPILE`].
+    pub enabled: bool,
+    /// [`TIERED_COMPILE_MIN_BYTES`].
+    pub min_bytes: u64,
+}
+
+/// The tiering the shim's precompile applies to a container: [`TIERED_COMPILE`] and
+/// [`TIERED_COMPILE_MIN_BYTES`] each from the container's environment `env` where it sets
+/// them (checked as the container's settings), else the shim's (`shim`, from the shim's
+/// environment).
+pub fn precompile_tiering(
+    env: &[(String, String)],
+    shim: &crate::shim::ShimSettings,
+) -> Result<Tiering, SettingError> {
+    let r = Reader {
+        env,
+        role: Role::Container,
+    };
+    Ok(Tiering {
+        enabled: r.flag(TIERED_COMPILE, shim.tiered_compile)?,
+        min_bytes: r.number(
+            TIERED_COMPILE_MIN_BYTES,
+            0,
+            2 << 20,
+            shim.tiered_compile_min_bytes,
+        )?,
+    })
+}
+
 static CURRENT: OnceLock<ContainerSettings> = OnceLock::new();
 
 fn pair_error(r: &Reader<'_>, set: &str, value: &std::path::Path, missing: &str) -> SettingError {
@@ -282,6 +322,35 @@ mod tests {
             .to_string();
         assert!(
             msg.contains("SPIN_TLS_CERT is set but SPIN_TLS_KEY is not"),
+            "{msg}"
+        );
+        let msg = ContainerSettings::from_env(&env(&[(TLS_KEY, "/k.pem")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("SPIN_TLS_KEY is set but SPIN_TLS_CERT is not"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn precompile_tiering_takes_the_containers_value_else_the_shims() {
+        let shim = crate::shim::ShimSettings::from_env(&env(&[
+            (TIERED_COMPILE, "0"),
+            (TIERED_COMPILE_MIN_BYTES, "10"),
+        ]))
+        .unwrap();
+        let t = precompile_tiering(&[], &shim).unwrap();
+        assert_eq!((t.enabled, t.min_bytes), (false, 10));
+        let t = precompile_tiering(&env(&[(TIERED_COMPILE, "1")]), &shim).unwrap();
+        assert_eq!((t.enabled, t.min_bytes), (true, 10));
+        let t = precompile_tiering(&env(&[(TIERED_COMPILE_MIN_BYTES, "7")]), &shim).unwrap();
+        assert_eq!((t.enabled, t.min_bytes), (false, 7));
+        let msg = precompile_tiering(&env(&[(TIERED_COMPILE_MIN_BYTES, "2M")]), &shim)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("SPIN_SHIM_TIERED_COMPILE_MIN_BYTES=`2M` in the container's environment"),
             "{msg}"
         );
     }

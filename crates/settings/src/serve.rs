@@ -59,6 +59,27 @@ impl ServeSettings {
     }
 }
 
+impl ServeSettings {
+    /// The settings [`ServeSettings::init`] kept; `None` outside spin-serve.
+    pub fn current() -> Option<&'static Self> {
+        SERVE.get()
+    }
+}
+
+/// spin-serve's download cache directory ([`SOURCE_CACHE_DIR`]): the kept settings' when
+/// [`ServeSettings::init`] ran, else the variable read alone from this process's environment
+/// (a host tool that resolves URL sources without being spin-serve). `None`: unset.
+pub fn source_cache_dir() -> Option<PathBuf> {
+    match SERVE.get() {
+        Some(s) => s.source_cache_dir.clone(),
+        None => Reader {
+            env: &crate::process_env(),
+            role: Role::Serve,
+        }
+        .path(SOURCE_CACHE_DIR),
+    }
+}
+
 static SERVE: OnceLock<ServeSettings> = OnceLock::new();
 
 #[cfg(test)]

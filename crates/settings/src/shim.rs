@@ -131,6 +131,48 @@ impl ShimSettings {
 
 static SETTINGS: OnceLock<ShimSettings> = OnceLock::new();
 
+/// [`STATE_DIR`] of this process: the kept settings' ([`ShimSettings::init`]), else the
+/// variable read alone from the shim's environment. `delete` (run by containerd after a
+/// shim died) skips the check of the other settings, so that a bad value of one of them
+/// never leaves a container behind; it finds the state directory here.
+pub fn state_dir() -> PathBuf {
+    if let Some(s) = SETTINGS.get() {
+        return s.state_dir.clone();
+    }
+    Reader {
+        env: &crate::process_env(),
+        role: Role::Shim,
+    }
+    .path(STATE_DIR)
+    .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
+/// The bounds of one URL source's download.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Downloads {
+    /// [`DOWNLOAD_TIMEOUT_SECS`].
+    pub timeout: Duration,
+    /// [`MAX_DOWNLOAD_BYTES`].
+    pub max_bytes: u64,
+}
+
+/// The download bounds of this process: spin-serve's settings when it kept them
+/// ([`crate::serve::ServeSettings::init`]), else the shim's ([`ShimSettings::init`]): both
+/// roles read the same variables, each from its own environment.
+pub fn downloads() -> Result<Downloads, SettingError> {
+    if let Some(s) = crate::serve::ServeSettings::current() {
+        return Ok(Downloads {
+            timeout: s.download_timeout,
+            max_bytes: s.max_download_bytes,
+        });
+    }
+    let s = ShimSettings::init()?;
+    Ok(Downloads {
+        timeout: s.download_timeout,
+        max_bytes: s.max_download_bytes,
+    })
+}
+
 /// [`IDLE_RELEASE_SECS`] through `r`: whole seconds, `0` off.
 pub(crate) fn idle_release(r: &Reader<'_>) -> Result<Option<Duration>, SettingError> {
     let secs = r.number(

@@ -33,16 +33,16 @@ use sha2::{Digest, Sha256};
 use crate::untrusted::{open_regular, shown, shown_path};
 
 /// Env var: the largest source downloaded, in bytes (default [`DEFAULT_MAX_BYTES`]).
-pub const MAX_BYTES_ENV: &str = "SPIN_SHIM_MAX_DOWNLOAD_BYTES";
+pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::MAX_DOWNLOAD_BYTES;
 /// Default download cap: 256 MiB (Spin's Python components are about 40 MiB).
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// Env var: the longest a download may take, in seconds (default [`DEFAULT_TIMEOUT_SECS`]).
-pub const TIMEOUT_ENV: &str = "SPIN_SHIM_DOWNLOAD_TIMEOUT_SECS";
+pub const TIMEOUT_ENV: &str = spin_shim_settings::shim::DOWNLOAD_TIMEOUT_SECS;
 /// Default download deadline: 5 minutes.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// Env var: spin-serve's download cache (default `$XDG_CACHE_HOME/spin-serve/url-sources`,
 /// else `$HOME/.cache/spin-serve/url-sources`).
-pub const SERVE_CACHE_ENV: &str = "SPIN_SERVE_SOURCE_CACHE_DIR";
+pub const SERVE_CACHE_ENV: &str = spin_shim_settings::serve::SOURCE_CACHE_DIR;
 /// Env var: a PEM bundle of CA certificates to trust instead of the system's bundle.
 pub const CA_FILE_ENV: &str = "SSL_CERT_FILE";
 /// Most redirects followed.
@@ -70,17 +70,19 @@ pub fn set_policy(p: Policy) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// spin-serve's cache: [`SERVE_CACHE_ENV`], else `$XDG_CACHE_HOME/spin-serve/url-sources`,
-/// else `$HOME/.cache/spin-serve/url-sources`, else one under the temp directory.
+/// spin-serve's cache: [`SERVE_CACHE_ENV`] (spin-serve's settings), else
+/// `$XDG_CACHE_HOME/spin-serve/url-sources`, else `$HOME/.cache/spin-serve/url-sources`,
+/// else one under the temp directory.
 pub fn default_cache_dir() -> PathBuf {
+    if let Some(d) = spin_shim_settings::serve::source_cache_dir() {
+        return d;
+    }
+    // The XDG base-directory convention, not a setting of this project.
     let var = |k: &str| {
         std::env::var_os(k)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    if let Some(d) = var(SERVE_CACHE_ENV) {
-        return d;
-    }
     var("XDG_CACHE_HOME")
         .or_else(|| var("HOME").map(|h| h.join(".cache")))
         .unwrap_or_else(std::env::temp_dir)
@@ -88,23 +90,10 @@ pub fn default_cache_dir() -> PathBuf {
         .join("url-sources")
 }
 
-/// The download cap from [`MAX_BYTES_ENV`].
+/// The download cap ([`MAX_BYTES_ENV`]) of this process's settings: spin-serve's or the
+/// shim's ([`spin_shim_settings::shim::downloads`]).
 pub fn max_bytes() -> anyhow::Result<u64> {
-    env_number(
-        MAX_BYTES_ENV,
-        DEFAULT_MAX_BYTES,
-        "a byte count (e.g. 268435456)",
-    )
-}
-
-fn env_number(key: &str, default: u64, what: &str) -> anyhow::Result<u64> {
-    match std::env::var(key) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("{key}={} is not {what}", shown(&v))),
-        _ => Ok(default),
-    }
+    Ok(spin_shim_settings::shim::downloads()?.max_bytes)
 }
 
 /// The hex part of `digest` if it is `sha256:` and 64 lower-case hex digits.
@@ -213,8 +202,8 @@ impl RemoteSource {
                    environment of the shim (containerd's) or spin-serve if it needs a proxy, \
                    SSL_CERT_FILE if its certificate is from a private CA, or ship the file in \
                    the image and give its path as `source`";
-        let timeout = env_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECS, "a number of seconds")?;
-        let agent = agent(Duration::from_secs(timeout.max(1)), what)?;
+        let timeout = spin_shim_settings::shim::downloads()?.timeout;
+        let agent = agent(timeout, what)?;
         let response = agent.get(&self.url).call().map_err(|e| match e {
             ureq::Error::RequireHttpsOnly(to) => anyhow!(
                 "{what}: {url} redirects to {}, which is not https://; only https:// \

@@ -26,7 +26,7 @@ pub use spin_runtime::compile_cache::DEFAULT_DIR;
 /// Env var (shim's environment for the host dir; container env inside the container).
 pub use spin_runtime::compile_cache::DIR_ENV;
 /// Env var (shim's environment) capping the cache size in bytes.
-pub const MAX_BYTES_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_MAX_BYTES";
+pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::COMPILE_CACHE_MAX_BYTES;
 /// Default size cap: 2 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
 /// Where the shim's app directory appears inside a container (read-only).
@@ -36,23 +36,16 @@ pub const COMPILED_DIR: &str = "compiled";
 /// Where a container sees its own compiled entries (read-only, nothing else).
 pub const CONTAINER_DIR: &str = "/.spin-app/compiled";
 
-/// The host cache directory from the shim's environment.
+/// The host cache directory of the shim's settings ([`DIR_ENV`]).
 pub fn host_dir() -> PathBuf {
-    std::env::var(DIR_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
+    spin_shim_settings::shim::ShimSettings::get()
+        .compile_cache_dir
+        .clone()
 }
 
-/// The size cap from the shim's environment.
+/// The size cap of the shim's settings ([`MAX_BYTES_ENV`]).
 pub fn max_bytes() -> anyhow::Result<u64> {
-    match std::env::var(MAX_BYTES_ENV) {
-        Ok(v) if !v.is_empty() => v.trim().parse().with_context(|| {
-            format!("{MAX_BYTES_ENV}={v:?} is not a byte count (e.g. 2147483648)")
-        }),
-        _ => Ok(DEFAULT_MAX_BYTES),
-    }
+    Ok(spin_shim_settings::shim::ShimSettings::init()?.compile_cache_max_bytes)
 }
 
 /// Removes the oldest (by modification time) `*.cwasm` entries of `dir` until the total is

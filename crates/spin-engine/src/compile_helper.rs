@@ -52,12 +52,12 @@ use serde::{Deserialize, Serialize};
 pub const HELPER_ARG: &str = "--compile-helper";
 /// Env var (shim's environment): CPU-seconds one compilation may use (`RLIMIT_CPU` of the
 /// helper, all its threads together); default [`DEFAULT_CPU_SECS`].
-pub const CPU_SECS_ENV: &str = "SPIN_SHIM_COMPILE_CPU_SECS";
+pub const CPU_SECS_ENV: &str = spin_shim_settings::shim::COMPILE_CPU_SECS;
 /// Default of [`CPU_SECS_ENV`].
 pub const DEFAULT_CPU_SECS: u64 = 300;
 /// Env var (shim's environment): seconds a compilation in Create may take before the shim
 /// kills it; default [`DEFAULT_TIMEOUT_SECS`] (kubelet gives CreateContainer 2 minutes).
-pub const TIMEOUT_ENV: &str = "SPIN_SHIM_COMPILE_TIMEOUT_SECS";
+pub const TIMEOUT_ENV: &str = spin_shim_settings::shim::COMPILE_TIMEOUT_SECS;
 /// Default of [`TIMEOUT_ENV`].
 pub const DEFAULT_TIMEOUT_SECS: u64 = 90;
 /// Wall-clock bound of a background (tier-up) compilation, which holds up nothing but may
@@ -262,22 +262,12 @@ impl Sandbox {
         placement: &Placement,
         memory_limit: Option<u64>,
     ) -> anyhow::Result<Sandbox> {
-        let secs = |var: &str, default: u64| -> anyhow::Result<u64> {
-            match std::env::var(var) {
-                Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(n),
-                    _ => anyhow::bail!(
-                        "{var}={v:?} in the shim's environment must be a positive number of seconds"
-                    ),
-                },
-                _ => Ok(default),
-            }
-        };
+        let settings = spin_shim_settings::shim::ShimSettings::init()?;
         Ok(Sandbox {
             placement: placement.clone(),
             memory_limit,
-            cpu_secs: secs(CPU_SECS_ENV, DEFAULT_CPU_SECS)?,
-            timeout: Duration::from_secs(secs(TIMEOUT_ENV, DEFAULT_TIMEOUT_SECS)?),
+            cpu_secs: settings.compile_cpu_secs,
+            timeout: settings.compile_timeout,
             background: false,
             scratch: scratch.to_path_buf(),
             program: PathBuf::from("/proc/self/exe"),

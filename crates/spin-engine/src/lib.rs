@@ -176,8 +176,8 @@ impl Engine for SpinEngine {
 }
 
 /// When a component starts on baseline code: [`spin_runtime::tier::TIERING_ENV`] and
-/// [`spin_runtime::tier::MIN_BYTES_ENV`] from the container's environment, else the
-/// shim's.
+/// [`spin_runtime::tier::MIN_BYTES_ENV`] each from the container's environment where it sets
+/// them, else the shim's ([`spin_shim_settings::container::precompile_tiering`]).
 fn tiering(spec: &libcontainer::oci_spec::runtime::Spec) -> anyhow::Result<TieringConfig> {
     let env: Vec<(String, String)> = spec
         .process()
@@ -188,21 +188,9 @@ fn tiering(spec: &libcontainer::oci_spec::runtime::Spec) -> anyhow::Result<Tieri
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let shim: Vec<(String, String)> = [
-        spin_runtime::tier::TIERING_ENV,
-        spin_runtime::tier::MIN_BYTES_ENV,
-    ]
-    .iter()
-    .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
-    .collect();
-    TieringConfig::from_lookup(|k| {
-        env.iter()
-            .rev()
-            .chain(shim.iter())
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
-    })
-    .context("the container's environment")
+    let shim = spin_shim_settings::shim::ShimSettings::init()?;
+    let tiering = spin_shim_settings::container::precompile_tiering(&env, shim)?;
+    Ok(TieringConfig::from_settings(tiering))
 }
 
 /// The artifact the shim materialised under `app_dir/.spin-app` (locked app, content by

@@ -19,8 +19,8 @@ use wasm_shim_core::confined::Dir;
 use crate::cache_mount::{read_only_bind, AppSource, APP_MOUNT};
 
 /// Env var (shim's environment): the node's download cache directory.
-pub const DIR_ENV: &str = "SPIN_SHIM_SOURCE_CACHE_DIR";
-/// The download cache's name beside the compile cache.
+pub const DIR_ENV: &str = spin_shim_settings::shim::SOURCE_CACHE_DIR;
+/// The directory of a container's downloads in its app directory.
 const DIR_NAME: &str = "url-sources";
 /// Where a container sees its downloaded sources (read-only, by hex digest).
 pub const CONTAINER_DIR: &str = "/.spin-app/url-sources";
@@ -28,12 +28,12 @@ pub const CONTAINER_DIR: &str = "/.spin-app/url-sources";
 /// One downloaded source: its hex digest and its file in the node cache.
 pub type Download = (String, PathBuf);
 
-/// The node's download cache: [`DIR_ENV`], else `url-sources` beside the compile cache.
+/// The node's download cache of the shim's settings: [`DIR_ENV`], else `url-sources` beside
+/// the compile cache.
 pub fn host_dir() -> PathBuf {
-    match std::env::var_os(DIR_ENV).filter(|v| !v.is_empty()) {
-        Some(d) => PathBuf::from(d),
-        None => crate::cache_mount::host_dir().with_file_name(DIR_NAME),
-    }
+    spin_shim_settings::shim::ShimSettings::get()
+        .source_cache_dir
+        .clone()
 }
 
 /// The URL sources of a `/spin.toml` app `source` (read confined to the rootfs), each

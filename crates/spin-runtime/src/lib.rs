@@ -52,19 +52,17 @@ pub use state::{HostContext, InstanceState};
 pub use app::MANIFEST_FILE;
 
 /// What spin-operator's environment asks of an app before it is served:
-/// `SPIN_COMPONENTS_TO_RETAIN` selects the components ([`App::retain_components`]), and
-/// `OTEL_EXPORTER_OTLP_*` configures trace export ([`init_tracing`]).
-pub(crate) fn apply_deployment_env(app: &mut App, env: &[(String, String)]) -> anyhow::Result<()> {
-    if let Some((_, v)) = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == app::COMPONENTS_TO_RETAIN_ENV)
-    {
-        let retain = app::parse_retain_list(v);
-        if !retain.is_empty() {
-            app.retain_components(&retain)?;
-            tracing::info!("selective deployment: serving components {retain:?}");
-        }
+/// `SPIN_COMPONENTS_TO_RETAIN` (as `settings` read it) selects the components
+/// ([`App::retain_components`]), and `OTEL_EXPORTER_OTLP_*` configures trace export
+/// ([`init_tracing`]).
+pub(crate) fn apply_deployment_env(
+    app: &mut App,
+    settings: &spin_shim_settings::container::ContainerSettings,
+) -> anyhow::Result<()> {
+    let retain = &settings.components_to_retain;
+    if !retain.is_empty() {
+        app.retain_components(retain)?;
+        tracing::info!("selective deployment: serving components {retain:?}");
     }
     Ok(())
 }
@@ -105,11 +103,11 @@ pub fn init_tracing(env: &[(String, String)]) {
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     static ONCE: std::sync::Once = std::sync::Once::new();
+    // RUST_LOG and OTEL_* follow their own conventions (they are not this project's
+    // settings): from `env` first, else from this process's environment.
     let lookup = |key: &str| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
+        spin_shim_settings::lookup(env, key)
+            .map(str::to_string)
             .or_else(|| std::env::var(key).ok())
     };
     ONCE.call_once(|| {

@@ -2,18 +2,16 @@
 //! connection cap, and the per-instance memory cap with its default derived from the
 //! container's cgroup memory limit.
 //!
-//! Every figure has an environment knob; [`Limits::from_env`] reads them and names the
-//! variable in every error.
+//! Every figure has an environment knob, read and checked by the settings module
+//! ([`spin_shim_settings::container`]); [`Limits::from_settings`] takes them from there.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
-
 /// Env var: how long one request may run (guest code and host calls) before it is ended
 /// with 504. A duration (`60`, `60s`, `1500ms`, `2m`); `0` disables the deadline.
-pub const REQUEST_TIMEOUT_ENV: &str = "SPIN_SHIM_REQUEST_TIMEOUT";
+pub const REQUEST_TIMEOUT_ENV: &str = spin_shim_settings::container::REQUEST_TIMEOUT;
 /// Default request deadline: the default `proxy-read-timeout` of ingress-nginx (60 s), the
 /// usual proxy in front of a Kubernetes service; a request running longer has already
 /// been answered with 504 by such a proxy.
@@ -21,13 +19,13 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Env var: how long a client may take to send a complete request head (slowloris
 /// bound). A duration; `0` disables it.
-pub const HEADER_READ_TIMEOUT_ENV: &str = "SPIN_SHIM_HEADER_READ_TIMEOUT";
+pub const HEADER_READ_TIMEOUT_ENV: &str = spin_shim_settings::container::HEADER_READ_TIMEOUT;
 /// Default header-read timeout: hyper's own default once a timer is set (30 s).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Env var: how long a keep-alive connection may sit idle between requests before it is
 /// closed. A duration; `0` disables it.
-pub const IDLE_TIMEOUT_ENV: &str = "SPIN_SHIM_IDLE_TIMEOUT";
+pub const IDLE_TIMEOUT_ENV: &str = spin_shim_settings::container::IDLE_TIMEOUT;
 /// Default idle timeout. hyper starts its header-read timer as soon as it waits for the
 /// next request on a kept-alive connection, so idle time is bounded by the header-read
 /// timeout too; the idle default matches it (30 s) and the knob only shortens it.
@@ -35,32 +33,33 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Env var: most connections served at once; further clients wait in the listen backlog
 /// until one closes.
-pub const MAX_CONNECTIONS_ENV: &str = "SPIN_SHIM_MAX_CONNECTIONS";
+pub const MAX_CONNECTIONS_ENV: &str = spin_shim_settings::container::MAX_CONNECTIONS;
 /// The largest request or response body passed whole to or from a component that takes
 /// its body whole (Spin 1.x's `handle-request` and `send-request`, WAGI).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 /// Env var: how long a connection may make no progress writing its response (the client
 /// does not read, or its receive window stays closed) before it is closed. A duration (`30`,
 /// `30s`, `1500ms`, `2m`); `0` disables it.
-pub const WRITE_TIMEOUT_ENV: &str = "SPIN_SHIM_WRITE_TIMEOUT";
+pub const WRITE_TIMEOUT_ENV: &str = spin_shim_settings::container::WRITE_TIMEOUT;
 /// Default write timeout: the header-read and idle timeouts' 30 s. A client reading at any
 /// pace keeps its connection; one that stops reading frees its slot after this.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Env var: how many requests one instance of a WASIp3 component serves before it is
 /// dropped (Spin's and `wasmtime serve`'s `--max-instance-reuse-count`); `1` gives every
 /// request a fresh instance, as for WASIp2 components.
-pub const MAX_INSTANCE_REUSE_COUNT_ENV: &str = "SPIN_SHIM_MAX_INSTANCE_REUSE_COUNT";
+pub const MAX_INSTANCE_REUSE_COUNT_ENV: &str =
+    spin_shim_settings::container::MAX_INSTANCE_REUSE_COUNT;
 /// Default reuse count: Spin's and `wasmtime serve`'s for WASIp3 components.
 pub const DEFAULT_MAX_INSTANCE_REUSE_COUNT: usize = 128;
 /// Env var: how many requests one instance of a WASIp3 component serves at once
 /// (`--max-instance-concurrent-reuse-count`).
 pub const MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV: &str =
-    "SPIN_SHIM_MAX_INSTANCE_CONCURRENT_REUSE_COUNT";
+    spin_shim_settings::container::MAX_INSTANCE_CONCURRENT_REUSE_COUNT;
 /// Default concurrent reuse count: Spin's and `wasmtime serve`'s for WASIp3 components.
 pub const DEFAULT_MAX_INSTANCE_CONCURRENT_REUSE_COUNT: usize = 16;
 /// Env var: how long an idle WASIp3 instance is kept for the next request
 /// (`--idle-instance-timeout`). A duration; `0` drops an instance as soon as it is idle.
-pub const IDLE_INSTANCE_TIMEOUT_ENV: &str = "SPIN_SHIM_IDLE_INSTANCE_TIMEOUT";
+pub const IDLE_INSTANCE_TIMEOUT_ENV: &str = spin_shim_settings::container::IDLE_INSTANCE_TIMEOUT;
 /// Default idle-instance timeout: Spin's and `wasmtime serve`'s (1 s).
 pub const DEFAULT_IDLE_INSTANCE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -176,56 +175,26 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Reads the knobs from `env` (absent or empty = default).
-    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Limits> {
-        let d = Limits::default();
-        let duration = |var: &str, default: Option<Duration>| match lookup(var) {
-            None => Ok(default),
-            Some(v) if v.trim().is_empty() => Ok(default),
-            Some(v) => parse_duration(var, &v),
-        };
-        let count = |var: &str, what: &str, example: usize, default: usize| match lookup(var) {
-            Some(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(anyhow!(
-                    "{var}=`{v}` must be a number of {what} above 0 (e.g. {example})"
-                )),
-            },
-            _ => Ok(default),
-        };
-        let r = d.reuse;
-        Ok(Limits {
-            request_timeout: duration(REQUEST_TIMEOUT_ENV, d.request_timeout)?,
-            header_read_timeout: duration(HEADER_READ_TIMEOUT_ENV, d.header_read_timeout)?,
-            idle_timeout: duration(IDLE_TIMEOUT_ENV, d.idle_timeout)?,
-            write_timeout: duration(WRITE_TIMEOUT_ENV, d.write_timeout)?,
-            max_connections: count(MAX_CONNECTIONS_ENV, "connections", 1000, d.max_connections)?,
+    /// The limits the container's settings give; unset ones take the defaults, the
+    /// connection cap the one derived from the file limit.
+    pub fn from_settings(s: &spin_shim_settings::container::ContainerSettings) -> Limits {
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Limits {
+            request_timeout: s.request_timeout,
+            header_read_timeout: s.header_read_timeout,
+            idle_timeout: s.idle_timeout,
+            write_timeout: s.write_timeout,
+            max_connections: s
+                .max_connections
+                .map(count)
+                .unwrap_or_else(default_max_connections),
             reuse: InstanceReuse {
-                max_requests: count(
-                    MAX_INSTANCE_REUSE_COUNT_ENV,
-                    "requests per instance",
-                    r.max_requests,
-                    r.max_requests,
-                )?,
-                max_concurrent: count(
-                    MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV,
-                    "concurrent requests per instance",
-                    r.max_concurrent,
-                    r.max_concurrent,
-                )?,
-                idle_timeout: duration(IDLE_INSTANCE_TIMEOUT_ENV, Some(r.idle_timeout))?
-                    .unwrap_or(Duration::ZERO),
+                max_requests: count(s.max_instance_reuse_count),
+                max_concurrent: count(s.max_instance_concurrent_reuse_count),
+                idle_timeout: s.idle_instance_timeout.unwrap_or(Duration::ZERO),
             },
-        })
+        }
     }
-}
-
-/// Parses `60`, `60s`, `1500ms` or `2m` (the settings module's reader); `0` means "off"
-/// (`None`).
-pub fn parse_duration(var: &str, text: &str) -> anyhow::Result<Option<Duration>> {
-    spin_shim_settings::parse_duration(text).ok_or_else(|| {
-        anyhow!("{var}=`{text}` is not a duration: use seconds (`30`, `30s`), `500ms` or `2m`; `0` turns it off")
-    })
 }
 
 /// The default connection cap: the soft `RLIMIT_NOFILE` minus [`RESERVED_FDS`], between 16
@@ -415,60 +384,52 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
 mod tests {
     use super::*;
 
-    #[test]
-    fn durations() {
-        let p = |t| parse_duration("X", t).unwrap();
-        assert_eq!(p("30"), Some(Duration::from_secs(30)));
-        assert_eq!(p("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(p(" 1500ms "), Some(Duration::from_millis(1500)));
-        assert_eq!(p("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(p("0"), None);
-        let e = parse_duration("SPIN_SHIM_REQUEST_TIMEOUT", "soon").unwrap_err();
-        assert!(
-            e.to_string().contains("SPIN_SHIM_REQUEST_TIMEOUT=`soon`"),
-            "{e}"
-        );
-    }
-
-    /// An env lookup answering from `pairs`.
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> = pairs
+    /// The limits of an environment of `pairs`, or the settings' error.
+    fn limits(pairs: &[(&str, &str)]) -> Result<Limits, String> {
+        let env: Vec<(String, String)> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        move |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        spin_shim_settings::container::ContainerSettings::from_env(&env)
+            .map(|s| Limits::from_settings(&s))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn limits_from_env() {
-        let l = Limits::from_env(env(&[])).unwrap();
+    fn limits_from_settings() {
+        let l = limits(&[]).unwrap();
         assert_eq!(l.request_timeout, Some(DEFAULT_REQUEST_TIMEOUT));
         assert_eq!(l.header_read_timeout, Some(DEFAULT_HEADER_READ_TIMEOUT));
         assert_eq!(l.idle_timeout, Some(DEFAULT_IDLE_TIMEOUT));
+        assert_eq!(l.write_timeout, Some(DEFAULT_WRITE_TIMEOUT));
+        assert_eq!(l.max_connections, default_max_connections());
         assert!(l.max_connections >= 16);
-        let l = Limits::from_env(env(&[
+        let l = limits(&[
             (REQUEST_TIMEOUT_ENV, "0"),
             (IDLE_TIMEOUT_ENV, "2s"),
             (MAX_CONNECTIONS_ENV, "7"),
-        ]))
+        ])
         .unwrap();
         assert_eq!(l.request_timeout, None);
         assert_eq!(l.idle_timeout, Some(Duration::from_secs(2)));
         assert_eq!(l.max_connections, 7);
-        let e = Limits::from_env(env(&[(MAX_CONNECTIONS_ENV, "0")])).unwrap_err();
-        assert!(e.to_string().contains(MAX_CONNECTIONS_ENV), "{e}");
+        let e = limits(&[(MAX_CONNECTIONS_ENV, "0")]).unwrap_err();
+        assert!(e.contains(MAX_CONNECTIONS_ENV), "{e}");
+        let e = limits(&[(REQUEST_TIMEOUT_ENV, "soon")]).unwrap_err();
+        assert!(e.contains("SPIN_SHIM_REQUEST_TIMEOUT=`soon`"), "{e}");
     }
 
     #[test]
     fn instance_reuse_defaults_are_spins_and_each_knob_is_checked() {
-        let r = Limits::from_env(env(&[])).unwrap().reuse;
+        let r = limits(&[]).unwrap().reuse;
+        assert_eq!(r, InstanceReuse::default());
         assert_eq!((r.max_requests, r.max_concurrent), (128, 16));
         assert_eq!(r.idle_timeout, Duration::from_secs(1));
-        let r = Limits::from_env(env(&[
+        let r = limits(&[
             (MAX_INSTANCE_REUSE_COUNT_ENV, "1"),
             (MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV, "4"),
             (IDLE_INSTANCE_TIMEOUT_ENV, "0"),
-        ]))
+        ])
         .unwrap()
         .reuse;
         assert_eq!((r.max_requests, r.max_concurrent), (1, 4));
@@ -478,15 +439,11 @@ mod tests {
             MAX_INSTANCE_CONCURRENT_REUSE_COUNT_ENV,
         ] {
             for bad in ["0", "-3", "many"] {
-                let e = Limits::from_env(env(&[(var, bad)]))
-                    .unwrap_err()
-                    .to_string();
+                let e = limits(&[(var, bad)]).unwrap_err();
                 assert!(e.contains(var) && e.contains(bad), "{e}");
             }
         }
-        let e = Limits::from_env(env(&[(IDLE_INSTANCE_TIMEOUT_ENV, "soon")]))
-            .unwrap_err()
-            .to_string();
+        let e = limits(&[(IDLE_INSTANCE_TIMEOUT_ENV, "soon")]).unwrap_err();
         assert!(e.contains(IDLE_INSTANCE_TIMEOUT_ENV), "{e}");
     }
 

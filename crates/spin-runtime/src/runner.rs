@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use spin_shim_settings::container::ContainerSettings;
 
 use crate::confinement::Confinement;
 use crate::runtime::{self, LoadedApp, RuntimeConfig};
-use crate::{app, host, limits, metrics, trigger, App};
+use crate::{app, limits, metrics, trigger, App};
 
 /// What the shim's container runtime adds to a [`Runner`] ([`Runner::in_container`]).
 #[derive(Debug, Clone)]
@@ -130,10 +131,16 @@ impl Runner {
     /// The app with the deployment environment applied, and its settings (given, or read
     /// from the environment), to run unconfined.
     fn unconfined(mut self) -> anyhow::Result<(App, RuntimeConfig, Vec<String>, Option<OnReady>)> {
-        crate::apply_deployment_env(&mut self.app, &self.env)?;
+        let settings = ContainerSettings::from_env(&self.env)?;
+        crate::apply_deployment_env(&mut self.app, &settings)?;
         let config = match self.config {
             Some(c) => c,
-            None => RuntimeConfig::from_env(&self.dir, &self.env)?,
+            None => RuntimeConfig::from_settings(
+                &self.dir,
+                &self.env,
+                &settings,
+                limits::container_memory_limit(),
+            )?,
         };
         Ok((self.app, config, self.args, self.on_ready))
     }
@@ -156,19 +163,20 @@ impl Runner {
                  settings come from its environment and memory limit): drop `config`"
             );
         }
-        crate::apply_deployment_env(&mut app, &env)?;
+        let settings = ContainerSettings::from_env(&env)?;
+        crate::apply_deployment_env(&mut app, &settings)?;
         let memory_limit = limits::effective_memory_limit(
             limits::container_memory_limit(),
             container.spec_memory_limit,
         );
-        let config = RuntimeConfig::from_env_with_memory_limit(&dir, &env, memory_limit)?;
+        let config = RuntimeConfig::from_settings(&dir, &env, &settings, memory_limit)?;
         runtime::create_engine(memory_limit.map(|l| l.min(usize::MAX as u64) as usize))?;
         let listener = if wants_http(&app) {
             Some(bind_listener(config.listen)?)
         } else {
             None
         };
-        create_writable_dirs(&app, &dir, &env);
+        create_writable_dirs(&app, &dir, settings.state_dir.as_deref());
         // Read while the cgroup's CPU quota is still visible: std looks it up in cgroupfs.
         let workers = std::thread::available_parallelism().ok().map(usize::from);
         crate::confinement::set(container.confinement.clone());
@@ -207,18 +215,14 @@ impl Runner {
 /// directory of single-file mounts (the temp dir). Confined, the runtime may not create
 /// entries directly in `/` (the app directory of a spin-in-container image). Failures are
 /// left to the code that uses the directory, which names it.
-fn create_writable_dirs(app: &App, app_dir: &Path, env: &[(String, String)]) {
+fn create_writable_dirs(app: &App, app_dir: &Path, state_dir: Option<&Path>) {
     let stores = app
         .components
         .values()
         .any(|c| !c.key_value_stores.is_empty() || !c.sqlite_databases.is_empty());
     if stores {
-        let state = env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == host::STATE_DIR_ENV)
-            .map(|(_, v)| PathBuf::from(v))
-            .filter(|p| !p.as_os_str().is_empty())
+        let state = state_dir
+            .map(Path::to_path_buf)
             .unwrap_or_else(|| app_dir.join(".spin"));
         let _ = std::fs::create_dir_all(state);
     }

@@ -18,6 +18,8 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpCtx;
 
+use spin_shim_settings::container::ContainerSettings;
+
 use crate::app::{App, Component, FileMount};
 use crate::engine::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
 use crate::engine::plan::{CompilePlan, HttpUse, Unit};
@@ -32,13 +34,13 @@ use crate::routing::Router;
 use crate::{HostContext, InstanceState};
 
 /// Env var: listen address of the HTTP trigger.
-pub const LISTEN_ENV: &str = "SPIN_HTTP_LISTEN_ADDR";
+pub const LISTEN_ENV: &str = spin_shim_settings::container::HTTP_LISTEN_ADDR;
 /// Default listen address (as Spin in a container).
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:80";
+pub const DEFAULT_LISTEN: &str = spin_shim_settings::container::DEFAULT_LISTEN;
 /// Env var: cap on one component instance's linear memory, in bytes. Default: half the
 /// container's cgroup memory limit ([`crate::limits::default_instance_memory`]); none when
 /// the container has no memory limit.
-pub const MAX_MEMORY_ENV: &str = "SPIN_MAX_INSTANCE_MEMORY";
+pub const MAX_MEMORY_ENV: &str = spin_shim_settings::container::MAX_INSTANCE_MEMORY;
 
 /// How long a shutting-down app may finish in-flight requests before they are dropped.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,17 +70,11 @@ pub struct RuntimeConfig {
     pub tls: Option<crate::inbound_tls::InboundTls>,
 }
 
-fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    env.iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
-
 impl RuntimeConfig {
-    /// Reads `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` (default from the
-    /// container's memory limit), the [`Limits`] knobs and the compile cache location from
-    /// `env`. Bad values are errors naming the variable.
+    /// Reads the runtime's settings from `env` (the container's environment,
+    /// [`ContainerSettings`]: `SPIN_HTTP_LISTEN_ADDR`, `SPIN_MAX_INSTANCE_MEMORY` with its
+    /// default from the container's memory limit, the [`Limits`] knobs, the compile cache,
+    /// tiering, metrics and inbound TLS). Bad values are errors naming the variable.
     pub fn from_env(app_dir: &Path, env: &[(String, String)]) -> anyhow::Result<Self> {
         Self::from_env_with_memory_limit(app_dir, env, crate::limits::container_memory_limit())
     }
@@ -90,15 +86,24 @@ impl RuntimeConfig {
         env: &[(String, String)],
         memory_limit: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let listen_text = lookup(env, LISTEN_ENV).unwrap_or(DEFAULT_LISTEN);
-        let listen = listen_text.parse().map_err(|e| {
-            anyhow!("{LISTEN_ENV}=`{listen_text}` is not an address like 0.0.0.0:80: {e}")
-        })?;
-        let max_instance_memory = match lookup(env, MAX_MEMORY_ENV) {
-            None | Some("") => {
-                let limit = memory_limit;
-                let cap = limit.map(crate::limits::default_instance_memory);
-                if let (Some(limit), Some(cap)) = (limit, cap) {
+        let settings = ContainerSettings::from_env(env)?;
+        Self::from_settings(app_dir, env, &settings, memory_limit)
+    }
+
+    /// The configuration `settings` (read from `env`, which host features read too) give,
+    /// with the container's memory limit for the default per-instance cap; loads the
+    /// inbound TLS files.
+    pub fn from_settings(
+        app_dir: &Path,
+        env: &[(String, String)],
+        settings: &ContainerSettings,
+        memory_limit: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let max_instance_memory = match settings.max_instance_memory {
+            Some(bytes) => Some(usize::try_from(bytes).unwrap_or(usize::MAX)),
+            None => {
+                let cap = memory_limit.map(crate::limits::default_instance_memory);
+                if let (Some(limit), Some(cap)) = (memory_limit, cap) {
                     tracing::info!(
                         "container memory limit {limit} bytes: each component instance may \
                          use up to {cap} bytes of linear memory (set {MAX_MEMORY_ENV} to change)"
@@ -106,30 +111,15 @@ impl RuntimeConfig {
                 }
                 cap
             }
-            Some(v) => Some(v.trim().parse::<usize>().map_err(|e| {
-                anyhow!("{MAX_MEMORY_ENV}=`{v}` must be a number of bytes (e.g. 134217728): {e}")
-            })?),
         };
-        let limits = Limits::from_env(|k| lookup(env, k).map(str::to_string))?;
-        let metrics_addr = match lookup(env, crate::metrics::METRICS_ADDR_ENV) {
-            None | Some("") => None,
-            Some(v) => Some(v.parse().map_err(|e| {
-                anyhow!(
-                    "{}=`{v}` is not an address like 0.0.0.0:9464: {e}",
-                    crate::metrics::METRICS_ADDR_ENV
-                )
-            })?),
-        };
-        let tiering = TieringConfig::from_lookup(|k| lookup(env, k))?;
-        let tls = crate::inbound_tls::InboundTls::from_lookup(|k| lookup(env, k))?;
         Ok(RuntimeConfig {
-            tls,
-            metrics_addr,
-            tiering,
-            listen,
+            tls: crate::inbound_tls::InboundTls::from_settings(settings.tls.as_ref())?,
+            metrics_addr: settings.metrics_addr,
+            tiering: TieringConfig::from_settings(settings.tiering()),
+            listen: settings.listen,
             max_instance_memory,
-            limits,
-            compile_cache: Some(CompileCache::from_env(env)),
+            limits: Limits::from_settings(settings),
+            compile_cache: Some(CompileCache::from_settings(settings)),
             host: HostContext {
                 app_dir: app_dir.to_path_buf(),
                 env: env.iter().cloned().collect(),

@@ -18,8 +18,9 @@ use async_trait::async_trait;
 use libcontainer::oci_spec::runtime::Spec;
 
 /// Names derived from an engine name `<e>`: runtime id `io.containerd.<e>.v2`, state file
-/// `<e>-shim-state.json` in the bundle, state directory `/run/<e>-shim` (overridable with
-/// `<E>_SHIM_STATE_DIR`; keep it short: unix socket paths must stay under 108 bytes).
+/// `<e>-shim-state.json` in the bundle. The state directory is the shim's settings'
+/// (`SPIN_SHIM_STATE_DIR`, default `/run/spin-shim`; keep it short: unix socket paths must
+/// stay under 108 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShimNames {
     /// The engine name.
@@ -28,13 +29,6 @@ pub struct ShimNames {
     pub runtime_id: String,
     /// The per-container state file in the bundle.
     pub state_file: String,
-    /// Default base directory of the libcontainer state roots.
-    pub default_state_dir: PathBuf,
-    /// Env var overriding [`ShimNames::default_state_dir`].
-    pub state_dir_env: String,
-    /// Env var holding the create timeout in seconds (`<E>_SHIM_CREATE_TIMEOUT_SECS`,
-    /// default [`crate::zygote::DEFAULT_CREATE_TIMEOUT`]).
-    pub create_timeout_env: String,
 }
 
 impl ShimNames {
@@ -44,24 +38,14 @@ impl ShimNames {
             engine: engine.to_string(),
             runtime_id: format!("io.containerd.{engine}.v2"),
             state_file: format!("{engine}-shim-state.json"),
-            default_state_dir: PathBuf::from(format!("/run/{engine}-shim")),
-            state_dir_env: format!("{}_SHIM_STATE_DIR", env_prefix(engine)),
-            create_timeout_env: format!("{}_SHIM_CREATE_TIMEOUT_SECS", env_prefix(engine)),
         }
     }
 
-    /// The state directory: [`ShimNames::state_dir_env`] if set, else the default.
+    /// The base directory of the libcontainer state roots: the shim's settings'
+    /// ([`spin_shim_settings::shim::state_dir`], which `delete` reads too).
     pub fn state_dir(&self) -> PathBuf {
-        std::env::var_os(&self.state_dir_env)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| self.default_state_dir.clone())
+        spin_shim_settings::shim::state_dir()
     }
-}
-
-/// `engine` as the start of an env var name (`spin` -> `SPIN`).
-fn env_prefix(engine: &str) -> String {
-    engine.to_ascii_uppercase().replace('-', "_")
 }
 
 /// A container's entrypoint as an engine sees it.

@@ -14,8 +14,8 @@
 //!   (never taken as a cgroup path); placement follows each container's `cgroupsPath`.
 //! - Per container the shim keeps `<bundle>/<e>-shim-state.json` (placement, libcontainer
 //!   state root, rootfs mount, init pid) and a libcontainer state root
-//!   `/run/<e>-shim/<16 hex of sha256(bundle path)>` (base overridable with
-//!   `<E>_SHIM_STATE_DIR`); both are removed on delete, by the server or by the
+//!   `/run/spin-shim/<16 hex of sha256(bundle path)>` (base overridable with
+//!   `SPIN_SHIM_STATE_DIR`); both are removed on delete, by the server or by the
 //!   `delete` subcommand (which answers exit status 137).
 //! - Executors: the engine's entrypoints, then WASI (`*.wasm` or `\0asm` entrypoint: exit
 //!   code = program's, trap or load error -> [`wasi::TRAP_EXIT_CODE`] 134 with the message
@@ -23,7 +23,7 @@
 //!   fails naming the entrypoint. wasip2 components built by current Rust report any
 //!   non-zero `exit(n)` as 1 (they import `wasi:cli/exit.exit`, not `exit-with-code`).
 //! - Containers are created by the helper in [`zygote`]; a create it does not answer within
-//!   `<E>_SHIM_CREATE_TIMEOUT_SECS` (default 60) fails naming that variable, and a helper
+//!   `SPIN_SHIM_CREATE_TIMEOUT_SECS` (default 60) fails naming that variable, and a helper
 //!   that died or hung is replaced for the next create.
 //! - Exec, checkpoint and terminals are refused ("... not supported by io.containerd.<e>.v2").
 //! - Events: TaskCreate, TaskStart, TaskExit, TaskDelete, TaskPaused, TaskResumed, TaskOOM.
@@ -120,7 +120,7 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         // Orphaned container processes must come back to us, not to PID 1.
         // SAFETY: plain prctl.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
-        match zygote::Client::start(logging::log_fd(), &setup.names.create_timeout_env) {
+        match zygote::Client::start(logging::log_fd()) {
             Ok(z) => {
                 let _ = shim::ZYGOTE.set(Arc::new(z));
             }

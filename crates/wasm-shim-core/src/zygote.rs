@@ -10,8 +10,9 @@
 //! becomes a child of the shim server (which reaps it and reports its exit status).
 //! The helper never compiles Wasm; that happens in the container's init process.
 //!
-//! A create that gets no answer within the create timeout (`<E>_SHIM_CREATE_TIMEOUT_SECS`,
-//! default [`DEFAULT_CREATE_TIMEOUT`]; a hook that never returns, a wedged clone) fails
+//! A create that gets no answer within the create timeout (`SPIN_SHIM_CREATE_TIMEOUT_SECS`
+//! of the shim's settings, default [`DEFAULT_CREATE_TIMEOUT`]; a hook that never returns, a
+//! wedged clone) fails
 //! with an error naming the knob; the helper and the processes it started are killed and
 //! the next create starts a new one.
 
@@ -24,7 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, Context as _};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 use serde::{Deserialize, Serialize};
@@ -39,9 +40,11 @@ pub const LIBCONTAINER_ID: &str = "c";
 /// The argument that makes the shim binary serve as the container-creation helper.
 pub const HELPER_ARG: &str = "--container-creation-helper";
 
-/// How long a create may take in the helper when `<E>_SHIM_CREATE_TIMEOUT_SECS` is unset
+/// How long a create may take in the helper when `SPIN_SHIM_CREATE_TIMEOUT_SECS` is unset
 /// (well below kubelet's default 2 min runtime request timeout).
 pub const DEFAULT_CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Env var (the shim's settings) holding the create timeout in whole seconds.
+pub const CREATE_TIMEOUT_ENV: &str = spin_shim_settings::shim::CREATE_TIMEOUT_SECS;
 
 /// Variables of the server's environment the helper's own code reads (its log filter and
 /// backtraces; libcgroups' systemd client reads the bus address), sent on its socket: the
@@ -134,8 +137,6 @@ impl Spawner {
 pub struct Client {
     helper: Mutex<Option<Helper>>,
     spawner: Spawner,
-    /// Env var holding the create timeout in seconds.
-    timeout_env: String,
 }
 
 /// Starts one helper process (called on the spawner's thread).
@@ -340,21 +341,19 @@ fn poll_readable(fds: &[std::os::fd::BorrowedFd<'_>], ms: i32) -> std::io::Resul
 }
 
 impl Client {
-    /// Starts the helper. `stderr`: where the helper logs (the server's log), else nowhere;
-    /// `timeout_env`: the env var holding the create timeout in seconds.
-    pub fn start(stderr: Option<OwnedFd>, timeout_env: &str) -> anyhow::Result<Self> {
+    /// Starts the helper. `stderr`: where the helper logs (the server's log), else nowhere.
+    pub fn start(stderr: Option<OwnedFd>) -> anyhow::Result<Self> {
         let spawner = Spawner::start(stderr)?;
         let helper = spawner.spawn()?;
         Ok(Client {
             helper: Mutex::new(Some(helper)),
             spawner,
-            timeout_env: timeout_env.to_string(),
         })
     }
 
-    /// The create timeout from the env var (see the module docs).
+    /// The create timeout of the shim's settings (see the module docs).
     fn timeout(&self) -> anyhow::Result<Duration> {
-        create_timeout(&self.timeout_env, std::env::var_os(&self.timeout_env))
+        Ok(spin_shim_settings::shim::ShimSettings::init()?.create_timeout)
     }
 
     /// Sends a create request and waits for the container's init pid. Blocking: call it
@@ -416,8 +415,8 @@ impl Client {
                          killed and a new one serves the next create; raise {} if the node \
                          is just slow",
                         timeout.as_secs(),
-                        self.timeout_env,
-                        self.timeout_env
+                        CREATE_TIMEOUT_ENV,
+                        CREATE_TIMEOUT_ENV
                     ),
                     Failure::Exited => anyhow!(
                         "the container-creation helper (pid {pid}) exited while creating the \
@@ -436,28 +435,12 @@ impl Client {
     }
 }
 
-/// How long this shim gives a container's creation: its create-timeout env var
-/// ([`crate::engine::ShimNames::create_timeout_env`]), else (unset or invalid)
-/// [`DEFAULT_CREATE_TIMEOUT`].
+/// How long this shim gives a container's creation: [`CREATE_TIMEOUT_ENV`] of the shim's
+/// settings, else (unset or invalid) [`DEFAULT_CREATE_TIMEOUT`].
 pub fn configured_create_timeout() -> Duration {
-    let name = &crate::shim_names().create_timeout_env;
-    create_timeout(name, std::env::var_os(name)).unwrap_or(DEFAULT_CREATE_TIMEOUT)
-}
-
-/// The create timeout `value` of env var `name` gives (unset or empty: the default).
-fn create_timeout(name: &str, value: Option<std::ffi::OsString>) -> anyhow::Result<Duration> {
-    let Some(v) = value.filter(|v| !v.is_empty()) else {
-        return Ok(DEFAULT_CREATE_TIMEOUT);
-    };
-    let v = v.to_string_lossy();
-    match v.trim().parse::<u64>() {
-        Ok(s) if s > 0 => Ok(Duration::from_secs(s)),
-        _ => bail!(
-            "{name}={v:?} is not a positive whole number of seconds: set it to one (default {}) \
-             or unset it",
-            DEFAULT_CREATE_TIMEOUT.as_secs()
-        ),
-    }
+    spin_shim_settings::shim::ShimSettings::init()
+        .map(|s| s.create_timeout)
+        .unwrap_or(DEFAULT_CREATE_TIMEOUT)
 }
 
 /// The helper's main (`<shim> --container-creation-helper`): serves create requests on the
@@ -593,21 +576,6 @@ fn build(req: &CreateRequest, executor: ShimExecutor) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn create_timeout_from_the_env() {
-        let t = |v: Option<&str>| create_timeout("X_SHIM_CREATE_TIMEOUT_SECS", v.map(Into::into));
-        assert_eq!(t(None).unwrap(), DEFAULT_CREATE_TIMEOUT);
-        assert_eq!(t(Some("")).unwrap(), DEFAULT_CREATE_TIMEOUT);
-        assert_eq!(t(Some(" 7 ")).unwrap(), Duration::from_secs(7));
-        for bad in ["0", "-3", "1.5", "10s"] {
-            let e = t(Some(bad)).unwrap_err().to_string();
-            assert!(
-                e.contains("X_SHIM_CREATE_TIMEOUT_SECS") && e.contains(bad),
-                "{bad}: {e}"
-            );
-        }
-    }
 
     #[test]
     fn children_are_found_by_parent_pid() {

@@ -12,7 +12,7 @@ use anyhow::bail;
 use super::App;
 
 /// Container environment variable listing the components to serve (comma-separated).
-pub const COMPONENTS_TO_RETAIN_ENV: &str = "SPIN_COMPONENTS_TO_RETAIN";
+pub const COMPONENTS_TO_RETAIN_ENV: &str = spin_shim_settings::container::COMPONENTS_TO_RETAIN;
 
 /// The `<name>` of an `allowed_outbound_hosts` entry `scheme://<name>.spin.internal[:port]`.
 fn chaining_target(entry: &str) -> Option<&str> {

@@ -32,11 +32,11 @@ use wasmtime::component::Component;
 use wasmtime::Engine;
 
 /// Default cache directory.
-pub const DEFAULT_DIR: &str = "/var/lib/containerd-shim-spin-v2/compile-cache";
+pub const DEFAULT_DIR: &str = spin_shim_settings::shim::DEFAULT_COMPILE_CACHE_DIR;
 /// Env var overriding the cache directory.
-pub const DIR_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_DIR";
+pub const DIR_ENV: &str = spin_shim_settings::shim::COMPILE_CACHE_DIR;
 /// Env var: `1` opens the cache read-only (entries are loaded, never written).
-pub const READONLY_ENV: &str = "SPIN_SHIM_COMPILE_CACHE_READONLY";
+pub const READONLY_ENV: &str = spin_shim_settings::container::COMPILE_CACHE_READONLY;
 
 /// Whether a component came from the cache or was compiled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,19 +206,15 @@ impl CompileCache {
         }
     }
 
-    /// The cache at [`DIR_ENV`] if set in `env` (or the process env), else [`DEFAULT_DIR`];
-    /// read-only if [`READONLY_ENV`] is `1`.
-    pub fn from_env(env: &[(String, String)]) -> Self {
-        let get = |key: &str| {
-            spin_shim_settings::lookup(env, key)
-                .map(str::to_string)
-                .or_else(|| std::env::var(key).ok())
-                .filter(|v| !v.is_empty())
-        };
-        let dir = get(DIR_ENV).unwrap_or_else(|| DEFAULT_DIR.to_string());
+    /// The cache the runtime's settings name ([`DIR_ENV`], else [`DEFAULT_DIR`]); read-only
+    /// if [`READONLY_ENV`] is `1`.
+    pub fn from_settings(s: &spin_shim_settings::container::ContainerSettings) -> Self {
         CompileCache {
-            dir: PathBuf::from(dir),
-            read_only: get(READONLY_ENV).as_deref() == Some("1"),
+            dir: s
+                .compile_cache_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR)),
+            read_only: s.compile_cache_readonly,
         }
     }
 
@@ -717,16 +713,25 @@ mod tests {
     }
 
     #[test]
-    fn from_env_reads_the_read_only_flag() {
-        let env = |ro: &str| {
-            vec![
+    fn from_settings_reads_the_read_only_flag() {
+        let settings = |ro: &str| {
+            spin_shim_settings::container::ContainerSettings::from_env(&[
                 (DIR_ENV.to_string(), "/x".to_string()),
                 (READONLY_ENV.to_string(), ro.to_string()),
-            ]
+            ])
+            .unwrap()
         };
-        assert!(CompileCache::from_env(&env("1")).is_read_only());
-        assert!(!CompileCache::from_env(&env("0")).is_read_only());
-        assert_eq!(CompileCache::from_env(&env("1")).dir(), Path::new("/x"));
+        assert!(CompileCache::from_settings(&settings("1")).is_read_only());
+        assert!(!CompileCache::from_settings(&settings("0")).is_read_only());
+        assert_eq!(
+            CompileCache::from_settings(&settings("1")).dir(),
+            Path::new("/x")
+        );
+        let none = spin_shim_settings::container::ContainerSettings::from_env(&[]).unwrap();
+        assert_eq!(
+            CompileCache::from_settings(&none).dir(),
+            Path::new(DEFAULT_DIR)
+        );
     }
 
     #[test]

@@ -27,10 +27,10 @@ use wasmtime::Engine;
 use super::compile_cache::{entry_state, CompileCache, EntryState};
 
 /// Env var: `0` turns tiering off (a cache miss compiles with Cranelift before serving).
-pub const TIERING_ENV: &str = "SPIN_SHIM_TIERED_COMPILE";
+pub const TIERING_ENV: &str = spin_shim_settings::container::TIERED_COMPILE;
 /// Env var: the size in bytes from which a component starts on the baseline compiler when
 /// the compile cache misses; default [`DEFAULT_MIN_BYTES`].
-pub const MIN_BYTES_ENV: &str = "SPIN_SHIM_TIERED_COMPILE_MIN_BYTES";
+pub const MIN_BYTES_ENV: &str = spin_shim_settings::container::TIERED_COMPILE_MIN_BYTES;
 /// Below this size Cranelift compiles a component in well under half a second (a Rust
 /// Spin app: 0.2 MB, about 130 ms), so it is compiled at once.
 pub const DEFAULT_MIN_BYTES: usize = 2 << 20;
@@ -54,20 +54,14 @@ impl Default for TieringConfig {
 }
 
 impl TieringConfig {
-    /// From [`TIERING_ENV`] and [`MIN_BYTES_ENV`] as `lookup` finds them.
-    pub fn from_lookup<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> anyhow::Result<Self> {
-        let enabled = match lookup(TIERING_ENV).map(str::trim) {
-            None | Some("") | Some("1") => true,
-            Some("0") => false,
-            Some(v) => anyhow::bail!("{TIERING_ENV}=`{v}` must be 0 (off) or 1 (on)"),
-        };
-        let min_bytes = match lookup(MIN_BYTES_ENV).map(str::trim) {
-            None | Some("") => DEFAULT_MIN_BYTES,
-            Some(v) => v.parse().map_err(|e| {
-                anyhow::anyhow!("{MIN_BYTES_ENV}=`{v}` must be a number of bytes: {e}")
-            })?,
-        };
-        Ok(TieringConfig { enabled, min_bytes })
+    /// From [`TIERING_ENV`] and [`MIN_BYTES_ENV`] as the settings read them: the
+    /// container's ([`spin_shim_settings::container::ContainerSettings`]), or for the shim's
+    /// precompile [`spin_shim_settings::container::precompile_tiering`].
+    pub fn from_settings(t: spin_shim_settings::container::Tiering) -> Self {
+        TieringConfig {
+            enabled: t.enabled,
+            min_bytes: usize::try_from(t.min_bytes).unwrap_or(usize::MAX),
+        }
     }
 
     /// Whether a component of `len` bytes that the cache misses starts on the baseline.
@@ -213,20 +207,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_from_env() {
-        let none = |_: &str| None;
+    fn config_from_settings() {
+        use spin_shim_settings::container::ContainerSettings;
+        let tiering = |k: &str, v: &str| {
+            ContainerSettings::from_env(&[(k.to_string(), v.to_string())])
+                .map(|s| TieringConfig::from_settings(s.tiering()))
+        };
         assert_eq!(
-            TieringConfig::from_lookup(none).unwrap(),
+            TieringConfig::from_settings(ContainerSettings::from_env(&[]).unwrap().tiering()),
             TieringConfig::default()
         );
-        let off = TieringConfig::from_lookup(|k| (k == TIERING_ENV).then_some("0")).unwrap();
+        let off = tiering(TIERING_ENV, "0").unwrap();
         assert!(!off.enabled);
         assert!(!off.applies(usize::MAX));
-        let min = TieringConfig::from_lookup(|k| (k == MIN_BYTES_ENV).then_some("10")).unwrap();
+        let min = tiering(MIN_BYTES_ENV, "10").unwrap();
         assert!(min.applies(10) && !min.applies(9));
-        let e = TieringConfig::from_lookup(|k| (k == TIERING_ENV).then_some("yes")).unwrap_err();
+        let e = tiering(TIERING_ENV, "yes").unwrap_err();
         assert!(e.to_string().contains(TIERING_ENV), "{e}");
-        let e = TieringConfig::from_lookup(|k| (k == MIN_BYTES_ENV).then_some("2M")).unwrap_err();
+        let e = tiering(MIN_BYTES_ENV, "2M").unwrap_err();
         assert!(e.to_string().contains(MIN_BYTES_ENV), "{e}");
     }
 

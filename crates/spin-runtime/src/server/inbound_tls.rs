@@ -2,7 +2,7 @@
 //! `spin up --tls-cert/--tls-key`) name PEM files in the container; when both are set the
 //! listener serves TLS only, offering HTTP/2 (`h2`) and HTTP/1.1 by ALPN.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail};
@@ -10,9 +10,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Env var: PEM file of the server certificate chain (leaf first).
-pub const TLS_CERT_ENV: &str = "SPIN_TLS_CERT";
+pub const TLS_CERT_ENV: &str = spin_shim_settings::container::TLS_CERT;
 /// Env var: PEM file of the server certificate's private key (PKCS#8, PKCS#1 or SEC1).
-pub const TLS_KEY_ENV: &str = "SPIN_TLS_KEY";
+pub const TLS_KEY_ENV: &str = spin_shim_settings::container::TLS_KEY;
 
 /// The listener's TLS configuration, read once at start (before the runtime confines
 /// itself), shared by every connection.
@@ -31,26 +31,13 @@ impl std::fmt::Debug for InboundTls {
 }
 
 impl InboundTls {
-    /// Reads [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`] through `lookup`: `None` when neither is
-    /// set (plain HTTP); an error naming the variable and the file when only one is set, a
-    /// file cannot be read, holds no certificate or key, or the key does not match the
-    /// certificate.
-    pub fn from_lookup<'a>(
-        lookup: impl Fn(&str) -> Option<&'a str>,
-    ) -> anyhow::Result<Option<InboundTls>> {
-        let get = |k| lookup(k).filter(|v| !v.is_empty());
-        match (get(TLS_CERT_ENV), get(TLS_KEY_ENV)) {
-            (None, None) => Ok(None),
-            (Some(_), None) => bail!(
-                "{TLS_CERT_ENV} is set but {TLS_KEY_ENV} is not: set both (the PEM certificate \
-                 chain and its private key) to serve TLS, or neither to serve plain HTTP"
-            ),
-            (None, Some(_)) => bail!(
-                "{TLS_KEY_ENV} is set but {TLS_CERT_ENV} is not: set both (the PEM certificate \
-                 chain and its private key) to serve TLS, or neither to serve plain HTTP"
-            ),
-            (Some(cert), Some(key)) => Self::from_files(Path::new(cert), Path::new(key)).map(Some),
-        }
+    /// Loads the files the settings name ([`TLS_CERT_ENV`] and [`TLS_KEY_ENV`], both or
+    /// neither: [`spin_shim_settings::container::ContainerSettings::tls`]): `None` serves
+    /// plain HTTP; an error names the variable and the file when a file cannot be read, holds
+    /// no certificate or key, or the key does not match the certificate.
+    pub fn from_settings(tls: Option<&(PathBuf, PathBuf)>) -> anyhow::Result<Option<InboundTls>> {
+        tls.map(|(cert, key)| Self::from_files(cert, key))
+            .transpose()
     }
 
     /// Loads the PEM certificate chain at `cert` and the private key at `key`.
@@ -133,17 +120,35 @@ fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
 mod tests {
     use super::*;
 
-    fn lookup<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a str> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| *v)
+    use spin_shim_settings::container::ContainerSettings;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<ContainerSettings, String> {
+        let env: Vec<_> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ContainerSettings::from_env(&env).map_err(|e| e.to_string())
     }
 
     #[test]
     fn neither_is_plain_http_and_one_alone_is_refused() {
-        assert!(InboundTls::from_lookup(lookup(&[])).unwrap().is_none());
-        let e = InboundTls::from_lookup(lookup(&[(TLS_CERT_ENV, "/c.pem")])).unwrap_err();
-        assert!(e.to_string().contains("SPIN_TLS_KEY is not"), "{e}");
-        let e = InboundTls::from_lookup(lookup(&[(TLS_KEY_ENV, "/k.pem")])).unwrap_err();
-        assert!(e.to_string().contains("SPIN_TLS_CERT is not"), "{e}");
+        let none = settings(&[]).unwrap();
+        assert!(InboundTls::from_settings(none.tls.as_ref())
+            .unwrap()
+            .is_none());
+        let e = settings(&[(TLS_CERT_ENV, "/c.pem")]).unwrap_err();
+        assert!(e.contains("SPIN_TLS_KEY is not"), "{e}");
+        let e = settings(&[(TLS_KEY_ENV, "/k.pem")]).unwrap_err();
+        assert!(e.contains("SPIN_TLS_CERT is not"), "{e}");
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("missing.pem");
+        let both = settings(&[
+            (TLS_CERT_ENV, missing.to_str().unwrap()),
+            (TLS_KEY_ENV, missing.to_str().unwrap()),
+        ])
+        .unwrap();
+        let e = InboundTls::from_settings(both.tls.as_ref()).unwrap_err();
+        assert!(e.to_string().contains("SPIN_TLS_CERT="), "{e}");
     }
 
     #[test]
