@@ -38,7 +38,8 @@ pub const WASI_P3_INTERFACES: &[&str] = &[
 ];
 
 /// Spin 4's `async func` interfaces this runtime links (`spin:variables` here, the others
-/// in [`crate::host::add_spin4_to_linker`], on the backends of their Spin 3 forms).
+/// by their host features in [`crate::host::add_to_linker`], on the backends of their Spin 3
+/// forms).
 /// `spin:postgres@4.2.0` also serves components importing `@4.1.0` (the linker picks the
 /// newest minor version of a major it has).
 pub const SPIN4_INTERFACES: &[&str] = &[
@@ -131,7 +132,6 @@ pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
             .instrument(span),
         )
     })?;
-    crate::host::add_spin4_to_linker(linker)?;
     Ok(())
 }
 

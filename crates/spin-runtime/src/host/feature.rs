@@ -77,6 +77,9 @@ pub struct ComponentContext<'a> {
     pub component: &'a Component,
     /// Every application variable, resolved once per app.
     pub variables: &'a BTreeMap<String, Resolved>,
+    /// What the component's outbound connections are checked against: its allow-list, the
+    /// app's network policy and its `[[client_tls]]` entries (shared by its instances).
+    pub outbound: &'a std::sync::Arc<super::ComponentHost>,
 }
 
 /// The per-app state of a feature whose runtime config defines labelled resources (stores,

@@ -11,12 +11,11 @@
 //!   fails the start).
 //! - [`HostState::new`] once per component (a bad `allowed_outbound_hosts` entry, an
 //!   undefined key-value store or SQLite database fails the start); every request then gets
-//!   a `clone()` (cheap: shared state behind `Arc`s, and a fresh resource table).
+//!   a `clone()` (cheap: shared state behind `Arc`s, and fresh resource tables).
 //! - [`add_to_linker`] once per engine, for any store data that is a [`HostView`]: every
 //!   interface of `wit/host.wit` ([`HOST_INTERFACES`]), in the `fermyon:spin@2.0.0`,
-//!   `spin:*@3.0.0`/`@4.0.0` and unversioned forms Spin 3.6 links.
-//! - [`add_spin4_to_linker`] once per engine (from [`crate::p3::add_to_linker`]): Spin 4's
-//!   interfaces, linked with the dynamic linker on the same backends.
+//!   `spin:*@3.0.0`/`@4.0.0` and unversioned forms Spin 3.6 links, and Spin 4's `async
+//!   func` interfaces (linked with the dynamic linker on the same backends).
 //! - [`check_outbound`] from the `send_request` hook before any outbound HTTP request.
 //!
 //! The WIT comes from the published spin-sdk crate (see `build.rs`); the world we
@@ -131,6 +130,7 @@ macro_rules! host_resource {
 }
 
 pub mod aws_json;
+pub mod connections;
 pub mod feature;
 pub mod kv;
 pub mod llm;
@@ -150,10 +150,10 @@ pub mod variables;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context as _;
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::Linker;
 
 use crate::app::{App, Component};
 pub use feature::{AppContext, ComponentContext, HostContext, HostFeature, Labelled};
@@ -297,6 +297,10 @@ host_features! {
     client_tls: tls::ClientTlsFeature,
     network: network_policy::Network,
     otel: otel::Otel,
+    redis: redis::OutboundRedis,
+    pg: pg::OutboundPg,
+    mysql: mysql::OutboundMysql,
+    mqtt: mqtt::OutboundMqtt,
 }
 
 impl RuntimeConfig {
@@ -366,10 +370,67 @@ pub trait HostView: Send + 'static {
     fn host(&mut self) -> &mut HostState;
 }
 
-/// What a component's instances share beyond the features: its id and allow-list.
+/// What a component's instances share beyond the features: its id and allow-list, and
+/// what outbound features check a connection against besides them (the app's network
+/// policy, the component's `[[client_tls]]` entries).
 pub struct ComponentHost {
     id: String,
     allowed_hosts: AllowedHosts,
+    policy: Arc<network_policy::NetworkPolicy>,
+    client_tls: tls::ComponentTls,
+}
+
+impl ComponentHost {
+    /// The component's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The app's outbound limits.
+    pub fn network_policy(&self) -> &Arc<network_policy::NetworkPolicy> {
+        &self.policy
+    }
+
+    /// The component's `[[client_tls]]` entries.
+    pub fn client_tls(&self) -> &tls::ComponentTls {
+        &self.client_tls
+    }
+
+    /// Whether this component may connect to `address`, checked as Spin checks it: the
+    /// address is parsed as a URL (`{default_scheme}://` is put in front when it has no
+    /// scheme or host) and its scheme, host and port must match an `allowed_outbound_hosts`
+    /// entry. A refusal is logged with the entry that would allow it.
+    pub fn outbound_allowed(&self, address: &str, default_scheme: &str) -> bool {
+        let Some((scheme, host, port)) = outbound::parse_outbound_url(address, default_scheme)
+        else {
+            // Connection strings carry passwords: scheme and authority only.
+            tracing::warn!(
+                "component `{}` tried to connect to `{}`, which is not a URL",
+                self.id,
+                outbound::origin_only(address)
+            );
+            return false;
+        };
+        let allowed = self
+            .allowed_hosts
+            .entries()
+            .iter()
+            .any(|e| e.allows(&scheme, Some(&host), port));
+        if !allowed {
+            let authority = match port {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            tracing::error!(
+                "component `{id}` tried to make an outbound network connection to disallowed \
+                 destination '{scheme}://{authority}'. To allow it, add \
+                 allowed_outbound_hosts = [\"{scheme}://{authority}\"] to [component.{id}] in \
+                 spin.toml",
+                id = self.id
+            );
+        }
+        allowed
+    }
 }
 
 impl fmt::Debug for ComponentHost {
@@ -386,13 +447,6 @@ pub struct HostState {
     component: Arc<ComponentHost>,
     /// Every host feature's state in this instance ([`host_features!`]).
     pub features: Features,
-    /// Guest handles of the interfaces linked on [`HostState`] (the features have tables
-    /// of their own). Behind a `Mutex` only so that the prepared (never used) state of a
-    /// component is `Sync`; access goes through `get_mut`, which never locks.
-    table: Mutex<ResourceTable>,
-    /// Open database and messaging connections (all kinds), capped at
-    /// [`MAX_OPEN_CONNECTIONS`].
-    open_connections: usize,
     /// The app itself, for service chaining and self requests ([`crate::chain`]).
     pub(crate) chain: Arc<crate::chain::ChainSlot>,
     /// The trace context of the request a reused WASIp3 instance most recently took
@@ -401,8 +455,8 @@ pub struct HostState {
     pub(crate) request_trace: Option<otel_export::ParentContext>,
 }
 
-/// At most this many connections of one interface may be open at once in one instance (as
-/// in Spin, whose factors each keep a table of this size; SQLite's are counted apart).
+/// At most this many connections of one outbound interface may be open at once in one
+/// instance (as in Spin, whose outbound factors each keep a table of this size).
 pub const MAX_OPEN_CONNECTIONS: usize = 1024;
 
 impl Clone for HostState {
@@ -411,8 +465,6 @@ impl Clone for HostState {
         HostState {
             component: self.component.clone(),
             features: self.features.clone(),
-            table: Mutex::new(ResourceTable::new()),
-            open_connections: 0,
             chain: self.chain.clone(),
             request_trace: None,
         }
@@ -423,8 +475,7 @@ impl fmt::Debug for HostState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HostState")
             .field("component", &self.component)
-            .field("open_connections", &self.open_connections)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -443,90 +494,24 @@ impl HostState {
                     resolved.get(name).map(|r| r.value.clone())
                 })
             })?;
+        let outbound = Arc::new(ComponentHost {
+            id: component.id.clone(),
+            allowed_hosts,
+            policy: app.features.network.clone(),
+            client_tls: tls::ComponentTls::for_component(&app.features.client_tls, &component.id),
+        });
         let cx = ComponentContext {
             component,
             variables: resolved,
+            outbound: &outbound,
         };
         let features = Features::new(&app.features, &cx)?;
         Ok(HostState {
-            component: Arc::new(ComponentHost {
-                id: component.id.clone(),
-                allowed_hosts,
-            }),
+            component: outbound,
             features,
-            table: Mutex::new(ResourceTable::new()),
-            open_connections: 0,
             chain: Default::default(),
             request_trace: None,
         })
-    }
-
-    /// Adds an outbound connection to this instance's table, unless
-    /// [`MAX_OPEN_CONNECTIONS`] are open.
-    fn push_connection<T: Send + 'static>(
-        &mut self,
-        conn: T,
-    ) -> Result<wasmtime::component::Resource<T>, ()> {
-        if self.open_connections >= MAX_OPEN_CONNECTIONS {
-            return Err(());
-        }
-        let res = self.table().push(conn).map_err(|_| ())?;
-        self.open_connections += 1;
-        Ok(res)
-    }
-
-    /// Closes an outbound connection the guest dropped.
-    fn drop_connection<T: 'static>(
-        &mut self,
-        conn: wasmtime::component::Resource<T>,
-    ) -> wasmtime::Result<()> {
-        self.table().delete(conn)?;
-        self.open_connections = self.open_connections.saturating_sub(1);
-        Ok(())
-    }
-
-    /// Whether this component may connect to `address`, checked as Spin checks it: the
-    /// address is parsed as a URL (`{default_scheme}://` is put in front when it has no
-    /// scheme or host) and its scheme, host and port must match an `allowed_outbound_hosts`
-    /// entry. A refusal is logged with the entry that would allow it.
-    pub fn outbound_allowed(&self, address: &str, default_scheme: &str) -> bool {
-        let Some((scheme, host, port)) = outbound::parse_outbound_url(address, default_scheme)
-        else {
-            // Connection strings carry passwords: scheme and authority only.
-            tracing::warn!(
-                "component `{}` tried to connect to `{}`, which is not a URL",
-                self.component.id,
-                outbound::origin_only(address)
-            );
-            return false;
-        };
-        let allowed = self
-            .component
-            .allowed_hosts
-            .entries()
-            .iter()
-            .any(|e| e.allows(&scheme, Some(&host), port));
-        if !allowed {
-            let authority = match port {
-                Some(p) => format!("{host}:{p}"),
-                None => host.clone(),
-            };
-            tracing::error!(
-                "component `{id}` tried to make an outbound network connection to disallowed \
-                 destination '{scheme}://{authority}'. To allow it, add \
-                 allowed_outbound_hosts = [\"{scheme}://{authority}\"] to [component.{id}] in \
-                 spin.toml",
-                id = self.component.id
-            );
-        }
-        allowed
-    }
-
-    /// The guest handles of this instance.
-    fn table(&mut self) -> &mut ResourceTable {
-        self.table
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The component id this state belongs to.
@@ -614,41 +599,10 @@ where
     })
 }
 
-/// Adds Spin 4's `async func` interfaces (besides `spin:variables@3.0.0`, see
-/// [`crate::p3`], and those the features link, e.g. `spin:key-value@3.0.0` and
-/// `spin:sqlite@3.1.0`): `spin:redis@3.0.0`,
-/// `spin:mqtt@3.0.0`, `spin:postgres@4.2.0` and `spin:mysql@3.0.0`, on the same backends,
-/// allow-lists and limits as their Spin 3 forms. Their WIT types are those of the older
-/// forms (same names, cases and fields), so the older forms' generated types are reused.
-pub fn add_spin4_to_linker<T: HostView>(
-    linker: &mut wasmtime::component::Linker<T>,
-) -> anyhow::Result<()> {
-    redis::add_spin4_to_linker(linker)?;
-    mqtt::add_spin4_to_linker(linker)?;
-    pg::add_spin4_to_linker(linker)?;
-    mysql::add_spin4_to_linker(linker)?;
-    Ok(())
-}
-
-/// Adds every interface of [`HOST_INTERFACES`] to the linker: the features of
-/// [`host_features!`] on their own instance state, the others on [`HostState`].
+/// Adds every interface of [`HOST_INTERFACES`] to the linker: each feature of
+/// [`host_features!`] links its own, on its own instance state.
 pub fn add_to_linker<T: HostView>(linker: &mut Linker<T>) -> anyhow::Result<()> {
-    fn host<T: HostView>(state: &mut T) -> &mut HostState {
-        state.host()
-    }
-    use bindings::fermyon::spin2_0_0 as v2;
-    use bindings::spin::postgres3_0_0::postgres as pg3;
-    use bindings::spin::postgres4_0_0::postgres as pg4;
-    type H = HasSelf<HostState>;
-    Features::add_to_linker(linker)?;
-    v2::redis::add_to_linker::<_, H>(linker, host)?;
-    v2::rdbms_types::add_to_linker::<_, H>(linker, host)?;
-    v2::postgres::add_to_linker::<_, H>(linker, host)?;
-    v2::mysql::add_to_linker::<_, H>(linker, host)?;
-    v2::mqtt::add_to_linker::<_, H>(linker, host)?;
-    pg3::add_to_linker::<_, H>(linker, host)?;
-    pg4::add_to_linker::<_, H>(linker, host)?;
-    Ok(())
+    Features::add_to_linker(linker)
 }
 
 /// Decides whether an outbound HTTP request to `uri` is allowed for this instance.

@@ -21,8 +21,26 @@ use tokio::sync::Mutex;
 use wasmtime::component::Resource;
 
 use super::bindings::fermyon::spin2_0_0::mqtt as v2;
-use super::HostState;
+use super::connections::{Connections, OutboundInterface};
+use super::HostView;
 use v2::{Error, Qos};
+
+/// The outbound MQTT host feature: `fermyon:spin/mqtt@2.0.0` and Spin 4's
+/// `spin:mqtt/mqtt@3.0.0`, implemented on [`ComponentMqtt`].
+pub struct OutboundMqtt;
+
+/// One instance's outbound MQTT.
+pub type ComponentMqtt = Connections<OutboundMqtt>;
+
+impl OutboundInterface for OutboundMqtt {
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentMqtt,
+    ) -> anyhow::Result<()> {
+        v2::add_to_linker::<_, wasmtime::component::HasSelf<ComponentMqtt>>(linker, get)?;
+        add_spin4_to_linker(linker)
+    }
+}
 
 /// Requests buffered between the client handle and its event loop (Spin's capacity).
 const CHANNEL_CAPACITY: usize = 1000;
@@ -149,20 +167,20 @@ impl MqttConnection {
     }
 }
 
-impl v2::Host for HostState {}
+impl v2::Host for ComponentMqtt {}
 
 /// Opens a connection to `address` for the component, if its `allowed_outbound_hosts` has it
 /// (else `connection-failed`, Spin's text): the address is checked as Spin checks it, then
 /// the broker host and port rumqttc will connect to (its own parse of the URL) again.
 fn open(
-    h: &HostState,
+    h: &ComponentMqtt,
     address: &str,
     username: String,
     password: String,
     keep_alive_interval_in_secs: u64,
 ) -> Result<(Prepared, Option<rumqttc::Transport>), Error> {
     let refused = || Error::ConnectionFailed(format!("address {address} is not permitted"));
-    if !h.outbound_allowed(address, "mqtt") {
+    if !h.outbound().outbound_allowed(address, "mqtt") {
         return Err(refused());
     }
     let invalid = |e: &dyn std::fmt::Debug| {
@@ -181,11 +199,14 @@ fn open(
     } else {
         host.clone()
     };
-    if !h.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "mqtt") {
+    if !h
+        .outbound()
+        .outbound_allowed(&format!("{scheme}://{shown}:{port}"), "mqtt")
+    {
         return Err(refused());
     }
     let tls = matches!(options.transport(), rumqttc::Transport::Tls(_)).then(|| {
-        let tls = super::tls::data_tls_for(h.features.client_tls.entries(), &host, port);
+        let tls = super::tls::data_tls_for(h.outbound().client_tls().entries(), &host, port);
         rumqttc::Transport::tls_with_config(rumqttc::TlsConfiguration::Rustls(tls.config))
     });
     let prepared = Prepared {
@@ -193,13 +214,13 @@ fn open(
         username,
         password,
         keep_alive: Duration::from_secs(keep_alive_interval_in_secs),
-        policy: h.network_policy().clone(),
-        component: h.component.id.clone(),
+        policy: h.outbound().network_policy().clone(),
+        component: h.outbound().id().to_string(),
     };
     Ok((prepared, tls))
 }
 
-impl HostState {
+impl ComponentMqtt {
     /// A handle on the guest's connection (client and event loop are shared).
     fn mqtt(&mut self, connection: &Resource<MqttConnection>) -> Result<MqttConnection, Error> {
         match self.table().get(connection) {
@@ -215,9 +236,15 @@ impl HostState {
             )),
         }
     }
+
+    /// Adds a connection to the guest's handles, unless too many are open.
+    fn push(&mut self, conn: MqttConnection) -> Result<Resource<MqttConnection>, Error> {
+        self.push_connection(conn)
+            .map_err(|_| Error::TooManyConnections)
+    }
 }
 
-impl v2::HostConnection for HostState {
+impl v2::HostConnection for ComponentMqtt {
     async fn open(
         &mut self,
         address: String,
@@ -239,9 +266,7 @@ impl v2::HostConnection for HostState {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(self
-            .push_connection(conn)
-            .map_err(|_| Error::TooManyConnections))
+        Ok(self.push(conn))
     }
 
     async fn publish(
@@ -258,7 +283,7 @@ impl v2::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<MqttConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
@@ -270,10 +295,19 @@ impl v2::HostConnection for HostState {
 mod v3 {
     use wasmtime::component::Resource;
 
-    use super::{Error, MqttConnection, Qos};
-    use crate::host::{with_host, Accessor, HostView};
+    use super::{ComponentMqtt, Error, MqttConnection, Qos};
+    use crate::host::{with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<MqttConnection>;
+
+    /// Runs `f` on the instance's outbound MQTT state (between awaits).
+    fn with_mqtt<T: HostView, R>(acc: &Accessor<T>, f: impl FnOnce(&mut ComponentMqtt) -> R) -> R {
+        with_host(acc, |h| f(&mut h.features.mqtt))
+    }
+
+    pub(super) fn close(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
+        h.features.mqtt.close_connection(this)
+    }
 
     pub(super) async fn open<T: HostView>(
         acc: &Accessor<T>,
@@ -282,19 +316,14 @@ mod v3 {
         password: String,
         keep_alive_interval_in_secs: u64,
     ) -> wasmtime::Result<Result<Conn, Error>> {
-        let opened = with_host(acc, |h| {
+        let opened = with_mqtt(acc, |h| {
             super::open(h, &address, username, password, keep_alive_interval_in_secs)
         });
         let conn = match opened {
             Ok((prepared, tls)) => prepared.connect(tls).await,
             Err(e) => Err(e),
         };
-        Ok(conn.and_then(|conn| {
-            with_host(acc, |h| {
-                h.push_connection(conn)
-                    .map_err(|_| Error::TooManyConnections)
-            })
-        }))
+        Ok(conn.and_then(|conn| with_mqtt(acc, |h| h.push(conn))))
     }
 
     pub(super) async fn publish<T: HostView>(
@@ -304,7 +333,7 @@ mod v3 {
         payload: Vec<u8>,
         qos: Qos,
     ) -> wasmtime::Result<Result<(), Error>> {
-        match with_host(acc, |h| h.mqtt(&this)) {
+        match with_mqtt(acc, |h| h.mqtt(&this)) {
             Ok(conn) => Ok(conn.publish(topic, qos, payload).await),
             Err(e) => Ok(Err(e)),
         }
@@ -312,18 +341,13 @@ mod v3 {
 }
 
 /// Adds `spin:mqtt/mqtt@3.0.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "mqtt";
     let mut inst = linker.instance("spin:mqtt/mqtt@3.0.0")?;
-    host_resource!(
-        inst,
-        "connection",
-        MqttConnection,
-        HostState::drop_connection
-    );
+    host_resource!(inst, "connection", MqttConnection, v3::close);
     async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String, username: String, password: String, keep_alive_interval_in_secs: u64));
     async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, topic: String, payload: Vec<u8>, qos: Qos));
     Ok(())

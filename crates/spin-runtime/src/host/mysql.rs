@@ -15,9 +15,28 @@ use mysql_async::prelude::{FromValue, Queryable as _};
 use wasmtime::component::Resource;
 
 use super::bindings::fermyon::spin2_0_0::{mysql as v2, rdbms_types as v2t};
+use super::connections::{Connections, OutboundInterface};
 use super::sqlite::MAX_RESULT_BYTES;
-use super::HostState;
+use super::HostView;
 use v2t::{Column, DbDataType, DbValue, Error, ParameterValue, RowSet};
+
+/// The outbound MySQL host feature: `fermyon:spin/mysql@2.0.0` (its `rdbms-types` are
+/// linked by [`super::pg::OutboundPg`]) and Spin 4's `spin:mysql/mysql@3.0.0`, implemented on
+/// [`ComponentMysql`].
+pub struct OutboundMysql;
+
+/// One instance's outbound MySQL.
+pub type ComponentMysql = Connections<OutboundMysql>;
+
+impl OutboundInterface for OutboundMysql {
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentMysql,
+    ) -> anyhow::Result<()> {
+        v2::add_to_linker::<_, wasmtime::component::HasSelf<ComponentMysql>>(linker, get)?;
+        add_spin4_to_linker(linker)
+    }
+}
 
 /// A guest's open connection (the resource behind `connection`). Behind a lock so that a
 /// Spin 4 guest's concurrent calls on one connection run one after the other.
@@ -182,7 +201,7 @@ fn value_size(v: &DbValue) -> usize {
         }
 }
 
-impl HostState {
+impl ComponentMysql {
     fn mysql(
         &mut self,
         connection: &Resource<MysqlConnection>,
@@ -193,13 +212,28 @@ impl HostState {
             .map_err(|_| Error::ConnectionFailed("no connection found".into()))
     }
 
+    /// Adds a connection to the guest's handles, unless too many are open.
+    fn push(&mut self, conn: MysqlConnection) -> Result<Resource<MysqlConnection>, Error> {
+        self.push_connection(conn)
+            .map_err(|_| Error::ConnectionFailed("too many connections".into()))
+    }
+
+    /// What [`connect`] needs to open `address`.
+    fn target(&self, address: &str) -> Target {
+        (
+            self.mysql_options(address),
+            self.outbound().network_policy().clone(),
+            self.outbound().id().to_string(),
+        )
+    }
+
     /// The options to connect to `address` with, if the component may: the address is
     /// checked as Spin checks it, then the host and port mysql_async will connect to (its own
     /// parse of the URL) are checked again, so the two parsers cannot disagree about where
     /// the connection goes. A refusal is `connection-failed` (Spin's text).
     fn mysql_options(&self, address: &str) -> Result<mysql_async::Opts, Error> {
         let refused = || Error::ConnectionFailed(format!("address {address} is not permitted"));
-        if !self.outbound_allowed(address, "mysql") {
+        if !self.outbound().outbound_allowed(address, "mysql") {
             return Err(refused());
         }
         let (opts, tls) = options(address)?;
@@ -209,30 +243,36 @@ impl HostState {
         } else {
             host.to_string()
         };
-        if !self.outbound_allowed(&format!("mysql://{host}:{}", opts.tcp_port()), "mysql") {
+        let allowed = format!("mysql://{host}:{}", opts.tcp_port());
+        if !self.outbound().outbound_allowed(&allowed, "mysql") {
             return Err(refused());
         }
         if !tls {
             return Ok(opts);
         }
-        let tls =
-            super::tls::data_tls_for(self.features.client_tls.entries(), &host, opts.tcp_port());
+        let tls = super::tls::data_tls_for(
+            self.outbound().client_tls().entries(),
+            &host,
+            opts.tcp_port(),
+        );
         Ok(mysql_async::OptsBuilder::from_opts(opts)
             .ssl_opts(Some(ssl_opts(&tls)))
             .into())
     }
 }
 
-/// Connects with `opts` (from [`HostState::mysql_options`]) through the app's network
+/// The options to connect with (or the refusal), the app's network policy and the
+/// component's id.
+type Target = (
+    Result<mysql_async::Opts, Error>,
+    std::sync::Arc<super::network_policy::NetworkPolicy>,
+    String,
+);
+
+/// Connects with `opts` (from [`ComponentMysql::mysql_options`]) through the app's network
 /// policy: the host is resolved once, blocked addresses are dropped and mysql_async connects
 /// to the checked ones (TLS still verifies the host name); a connection-cap permit is held.
-async fn connect(
-    (opts, policy, component): (
-        Result<mysql_async::Opts, Error>,
-        std::sync::Arc<super::network_policy::NetworkPolicy>,
-        String,
-    ),
-) -> Result<MysqlConnection, Error> {
+async fn connect((opts, policy, component): Target) -> Result<MysqlConnection, Error> {
     use super::network_policy::Kind;
     let opts = opts?;
     let (host, port) = (opts.ip_or_hostname().to_string(), opts.tcp_port());
@@ -313,25 +353,18 @@ async fn execute(
         .map_err(|e| Error::QueryFailed(format!("{e:?}")))
 }
 
-impl v2::Host for HostState {}
+impl v2::Host for ComponentMysql {}
 
-impl v2::HostConnection for HostState {
+impl v2::HostConnection for ComponentMysql {
     async fn open(
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<MysqlConnection>, Error>> {
-        let target = (
-            self.mysql_options(&address),
-            self.network_policy().clone(),
-            self.component.id.clone(),
-        );
-        let conn = match connect(target).await {
+        let conn = match connect(self.target(&address)).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(self
-            .push_connection(conn)
-            .map_err(|_| Error::ConnectionFailed("too many connections".into())))
+        Ok(self.push(conn))
     }
 
     async fn query(
@@ -363,7 +396,7 @@ impl v2::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<MysqlConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
@@ -377,8 +410,8 @@ impl v2::HostConnection for HostState {
 mod v3 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
-    use super::{Column, DbValue, Error, MysqlConnection, ParameterValue};
-    use crate::host::{stream_and_future, with_host, Accessor, HostView};
+    use super::{Column, ComponentMysql, DbValue, Error, MysqlConnection, ParameterValue};
+    use crate::host::{stream_and_future, with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<MysqlConnection>;
     type R<T> = wasmtime::Result<Result<T, Error>>;
@@ -388,19 +421,25 @@ mod v3 {
         FutureReader<Result<(), Error>>,
     );
 
+    /// Runs `f` on the instance's outbound MySQL state (between awaits).
+    fn with_mysql<T: HostView, R>(
+        acc: &Accessor<T>,
+        f: impl FnOnce(&mut ComponentMysql) -> R,
+    ) -> R {
+        with_host(acc, |h| f(&mut h.features.mysql))
+    }
+
+    pub(super) fn close(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
+        h.features.mysql.close_connection(this)
+    }
+
     pub(super) async fn open<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
-        let target = with_host(acc, |h| {
-            let policy = h.network_policy().clone();
-            (h.mysql_options(&address), policy, h.component.id.clone())
-        });
+        let target = with_mysql(acc, |h| h.target(&address));
         let conn = match super::connect(target).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(with_host(acc, |h| {
-            h.push_connection(conn)
-                .map_err(|_| Error::ConnectionFailed("too many connections".into()))
-        }))
+        Ok(with_mysql(acc, |h| h.push(conn)))
     }
 
     pub(super) async fn query<T: HostView>(
@@ -409,7 +448,7 @@ mod v3 {
         statement: String,
         params: Vec<ParameterValue>,
     ) -> R<Rows> {
-        let conn = match with_host(acc, |h| h.mysql(&this)) {
+        let conn = match with_mysql(acc, |h| h.mysql(&this)) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -429,7 +468,7 @@ mod v3 {
         statement: String,
         params: Vec<ParameterValue>,
     ) -> R<()> {
-        let conn = match with_host(acc, |h| h.mysql(&this)) {
+        let conn = match with_mysql(acc, |h| h.mysql(&this)) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -439,18 +478,13 @@ mod v3 {
 }
 
 /// Adds `spin:mysql/mysql@3.0.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "mysql";
     let mut inst = linker.instance("spin:mysql/mysql@3.0.0")?;
-    host_resource!(
-        inst,
-        "connection",
-        MysqlConnection,
-        HostState::drop_connection
-    );
+    host_resource!(inst, "connection", MysqlConnection, v3::close);
     async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
     async_func!(inst, INTERFACE, "[method]connection.query", v3::query, (this: Conn, statement: String, params: Vec<ParameterValue>));
     async_func!(inst, INTERFACE, "[method]connection.execute", v3::execute, (this: Conn, statement: String, params: Vec<ParameterValue>));

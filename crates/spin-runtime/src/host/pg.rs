@@ -5,7 +5,7 @@
 //! `open` takes a libpq connection string or URL; every host and every `hostaddr` in it must
 //! be allowed by the component's `allowed_outbound_hosts` (`postgres://host:port`), else
 //! `connection-failed` ("address postgres://... is not permitted", Spin's text); Unix-socket
-//! hosts are refused (see `HostState::pg_check_allowed`). TLS as in Spin: unless
+//! hosts are refused (see `ComponentPg::pg_check_allowed`). TLS as in Spin: unless
 //! `sslmode=disable`, the server is asked for TLS (`prefer`, the default, goes on in plain
 //! TCP only when the server has no TLS; `require`, `verify-ca` and `verify-full` insist) and
 //! its certificate is always verified, with the component's `[[client_tls]]` entry for the
@@ -26,8 +26,31 @@ use wasmtime::component::Resource;
 use super::bindings::fermyon::spin2_0_0::{postgres as v2, rdbms_types as v2t};
 use super::bindings::spin::postgres3_0_0::postgres as v3;
 use super::bindings::spin::postgres4_0_0::postgres as v4;
+use super::connections::{Connections, OutboundInterface};
 use super::sqlite::MAX_RESULT_BYTES;
-use super::HostState;
+use super::HostView;
+
+/// The outbound PostgreSQL host feature: `spin:postgres/postgres@4.0.0`, `@3.0.0`,
+/// `fermyon:spin/postgres@2.0.0` (with the `rdbms-types` it shares with MySQL) and Spin 4's
+/// `spin:postgres/postgres@4.2.0`, implemented on [`ComponentPg`].
+pub struct OutboundPg;
+
+/// One instance's outbound PostgreSQL.
+pub type ComponentPg = Connections<OutboundPg>;
+
+impl OutboundInterface for OutboundPg {
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentPg,
+    ) -> anyhow::Result<()> {
+        type D = wasmtime::component::HasSelf<ComponentPg>;
+        v2t::add_to_linker::<_, D>(linker, get)?;
+        v2::add_to_linker::<_, D>(linker, get)?;
+        v3::add_to_linker::<_, D>(linker, get)?;
+        v4::add_to_linker::<_, D>(linker, get)?;
+        add_spin4_to_linker(linker)
+    }
+}
 
 /// A guest's open connection (the resource behind every version's `connection`).
 pub struct PgConnection {
@@ -40,7 +63,7 @@ fn conn_failed(msg: impl Into<String>) -> v4::Error {
     v4::Error::ConnectionFailed(msg.into())
 }
 
-impl HostState {
+impl ComponentPg {
     /// Checks every place `config` makes tokio-postgres connect to against
     /// `allowed_outbound_hosts`, pairing hosts, `hostaddr`s and ports as its `connect` does:
     /// entry `i` connects to `hostaddr[i]` when given (the host name is then only a name) and
@@ -98,7 +121,10 @@ impl HostState {
         } else {
             format!("{host}:{port}")
         };
-        if self.outbound_allowed(&format!("postgres://{authority}"), "postgres") {
+        if self
+            .outbound()
+            .outbound_allowed(&format!("postgres://{authority}"), "postgres")
+        {
             Ok(())
         } else {
             Err(conn_failed(format!(
@@ -136,7 +162,7 @@ impl HostState {
             _ => String::new(),
         };
         let port = config.get_ports().first().copied().unwrap_or(5432);
-        let mut tls = super::tls::data_tls_for(self.features.client_tls.entries(), &host, port);
+        let mut tls = super::tls::data_tls_for(self.outbound().client_tls().entries(), &host, port);
         if let Some(pem) = ca_root {
             tls = tls
                 .with_extra_roots(pem.as_bytes())
@@ -152,11 +178,12 @@ impl HostState {
         &mut self,
         (client, permit): (tokio_postgres::Client, super::network_policy::Permit),
     ) -> Result<u32, v4::Error> {
+        let conn = PgConnection {
+            client: std::sync::Arc::new(client),
+            _permit: permit,
+        };
         let res = self
-            .push_connection(PgConnection {
-                client: std::sync::Arc::new(client),
-                _permit: permit,
-            })
+            .push_connection(conn)
             .map_err(|_| conn_failed("too many connections"))?;
         Ok(res.rep())
     }
@@ -164,7 +191,8 @@ impl HostState {
     async fn pg_open(&mut self, address: &str, ca_root: Option<&str>) -> Result<u32, v4::Error> {
         let config = self.pg_config(address)?;
         let tls = self.pg_tls(&config, ca_root)?;
-        let client = pg_connect(self.network_policy(), &self.component.id, &config, tls).await?;
+        let outbound = self.outbound();
+        let client = pg_connect(outbound.network_policy(), outbound.id(), &config, tls).await?;
         self.pg_push(client)
     }
 
@@ -769,9 +797,9 @@ impl postgres_range::Normalizable for Decimal {
 
 // ---- spin:postgres/postgres@4.0.0 ----
 
-impl v4::Host for HostState {}
+impl v4::Host for ComponentPg {}
 
-impl v4::HostConnection for HostState {
+impl v4::HostConnection for ComponentPg {
     async fn open(
         &mut self,
         address: String,
@@ -798,7 +826,7 @@ impl v4::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
@@ -893,9 +921,9 @@ fn v3_rowset(r: v4::RowSet) -> v3::RowSet {
     }
 }
 
-impl v3::Host for HostState {}
+impl v3::Host for ComponentPg {}
 
-impl v3::HostConnection for HostState {
+impl v3::HostConnection for ComponentPg {
     async fn open(
         &mut self,
         address: String,
@@ -935,7 +963,7 @@ impl v3::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
@@ -1028,9 +1056,9 @@ fn v2_rowset(r: v4::RowSet) -> v2t::RowSet {
     }
 }
 
-impl v2::Host for HostState {}
+impl v2::Host for ComponentPg {}
 
-impl v2::HostConnection for HostState {
+impl v2::HostConnection for ComponentPg {
     async fn open(
         &mut self,
         address: String,
@@ -1076,11 +1104,11 @@ impl v2::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<PgConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
-impl v2t::Host for HostState {}
+impl v2t::Host for ComponentPg {}
 
 // ---- spin:postgres/postgres@4.2.0 (Spin 4) ----
 //
@@ -1099,7 +1127,7 @@ pub struct PgConnectionBuilder {
 mod v4_2 {
     use wasmtime::component::{FutureReader, Resource, StreamReader};
 
-    use super::{v4, PgConnection, PgConnectionBuilder};
+    use super::{v4, ComponentPg, PgConnection, PgConnectionBuilder};
     use crate::host::{stream_and_future, with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<PgConnection>;
@@ -1111,7 +1139,13 @@ mod v4_2 {
         FutureReader<Result<(), v4::Error>>,
     );
 
+    /// Runs `f` on the instance's outbound PostgreSQL state (between awaits).
+    fn with_pg<T: HostView, R>(acc: &Accessor<T>, f: impl FnOnce(&mut ComponentPg) -> R) -> R {
+        with_host(acc, |h| f(&mut h.features.pg))
+    }
+
     pub(super) async fn open(h: &mut HostState, address: String) -> R<Conn> {
+        let h = &mut h.features.pg;
         Ok(h.pg_open(&address, None).await.map(Resource::new_own))
     }
 
@@ -1121,7 +1155,7 @@ mod v4_2 {
         statement: String,
         params: Vec<v4::ParameterValue>,
     ) -> R<v4::RowSet> {
-        Ok(h.pg_query(this.rep(), &statement, params).await)
+        Ok(h.features.pg.pg_query(this.rep(), &statement, params).await)
     }
 
     pub(super) async fn execute(
@@ -1130,11 +1164,14 @@ mod v4_2 {
         statement: String,
         params: Vec<v4::ParameterValue>,
     ) -> R<u64> {
-        Ok(h.pg_execute(this.rep(), &statement, params).await)
+        Ok(h.features
+            .pg
+            .pg_execute(this.rep(), &statement, params)
+            .await)
     }
 
     pub(super) fn drop(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
-        h.drop_connection(this)
+        h.features.pg.close_connection(this)
     }
 
     pub(super) async fn open_async<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
@@ -1146,14 +1183,14 @@ mod v4_2 {
         address: String,
         ca_root: Option<String>,
     ) -> R<Conn> {
-        let setup = with_host(acc, |h| {
+        let setup = with_pg(acc, |h| {
             let config = h.pg_config(&address)?;
             let tls = h.pg_tls(&config, ca_root.as_deref())?;
             Ok((
                 config,
                 tls,
-                h.network_policy().clone(),
-                h.component.id.clone(),
+                h.outbound().network_policy().clone(),
+                h.outbound().id().to_string(),
             ))
         });
         let (config, tls, policy, id) = match setup {
@@ -1164,7 +1201,7 @@ mod v4_2 {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(with_host(acc, |h| h.pg_push(client)).map(Resource::new_own))
+        Ok(with_pg(acc, |h| h.pg_push(client)).map(Resource::new_own))
     }
 
     pub(super) async fn query_async<T: HostView>(
@@ -1173,7 +1210,7 @@ mod v4_2 {
         statement: String,
         params: Vec<v4::ParameterValue>,
     ) -> R<Rows> {
-        let client = match with_host(acc, |h| h.pg_client(this.rep())) {
+        let client = match with_pg(acc, |h| h.pg_client(this.rep())) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -1192,7 +1229,7 @@ mod v4_2 {
         statement: String,
         params: Vec<v4::ParameterValue>,
     ) -> R<u64> {
-        let client = match with_host(acc, |h| h.pg_client(this.rep())) {
+        let client = match with_pg(acc, |h| h.pg_client(this.rep())) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
@@ -1200,7 +1237,7 @@ mod v4_2 {
     }
 
     pub(super) fn builder_new(h: &mut HostState, address: String) -> wasmtime::Result<Builder> {
-        Ok(h.table().push(PgConnectionBuilder {
+        Ok(h.features.pg.table().push(PgConnectionBuilder {
             address,
             ca_root: None,
         })?)
@@ -1220,12 +1257,12 @@ mod v4_2 {
                 "invalid root certificate: {e:#}"
             ))));
         }
-        h.table().get_mut(&this)?.ca_root = Some(certificate);
+        h.features.pg.table().get_mut(&this)?.ca_root = Some(certificate);
         Ok(Ok(()))
     }
 
     fn builder_info(
-        h: &mut HostState,
+        h: &mut ComponentPg,
         this: &Builder,
     ) -> wasmtime::Result<(String, Option<String>)> {
         let b = h.table().get(this)?;
@@ -1233,6 +1270,7 @@ mod v4_2 {
     }
 
     pub(super) async fn builder_build(h: &mut HostState, this: Builder) -> R<Conn> {
+        let h = &mut h.features.pg;
         let (address, ca_root) = builder_info(h, &this)?;
         Ok(h.pg_open(&address, ca_root.as_deref())
             .await
@@ -1243,18 +1281,18 @@ mod v4_2 {
         acc: &Accessor<T>,
         this: Builder,
     ) -> R<Conn> {
-        let (address, ca_root) = with_host(acc, |h| builder_info(h, &this))?;
+        let (address, ca_root) = with_pg(acc, |h| builder_info(h, &this))?;
         open_with_root_async(acc, address, ca_root).await
     }
 
     pub(super) fn builder_drop(h: &mut HostState, this: Builder) -> wasmtime::Result<()> {
-        h.table().delete(this)?;
+        h.features.pg.table().delete(this)?;
         Ok(())
     }
 }
 
 /// Adds `spin:postgres/postgres@4.2.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v4::ParameterValue as P;

@@ -6,14 +6,37 @@
 //! sockets (`redis+unix://`, `unix://`) are refused. `rediss://` connects over TLS,
 //! verified with the component's `[[client_tls]]` entry for the host or the default trust
 //! store (see [`super::tls`]); the allow-list entry names `rediss://host:port`.
+//!
+//! Also `spin:redis/redis@3.0.0` (Spin 4), on the same connections; Spin 1.x's unversioned
+//! form is [`crate::spin1`]'s.
+
+use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, FromRedisValue, Value};
 use wasmtime::component::Resource;
 
 use super::bindings::fermyon::spin2_0_0::redis as v2;
-use super::HostState;
+use super::connections::{Connections, OutboundInterface};
+use super::{ComponentHost, HostView};
 use v2::{Error, RedisParameter, RedisResult};
+
+/// The outbound Redis host feature: `fermyon:spin/redis@2.0.0` and `spin:redis/redis@3.0.0`,
+/// implemented on [`ComponentRedis`].
+pub struct OutboundRedis;
+
+/// One instance's outbound Redis.
+pub type ComponentRedis = Connections<OutboundRedis>;
+
+impl OutboundInterface for OutboundRedis {
+    fn add_to_linker<T: HostView>(
+        linker: &mut wasmtime::component::Linker<T>,
+        get: fn(&mut T) -> &mut ComponentRedis,
+    ) -> anyhow::Result<()> {
+        v2::add_to_linker::<_, wasmtime::component::HasSelf<ComponentRedis>>(linker, get)?;
+        add_spin4_to_linker(linker)
+    }
+}
 
 /// A guest's open connection (the resource behind `connection`).
 pub struct RedisConnection {
@@ -26,7 +49,7 @@ fn other(e: impl std::fmt::Display) -> Error {
     Error::Other(e.to_string())
 }
 
-impl HostState {
+impl ComponentRedis {
     fn redis(
         &mut self,
         connection: &Resource<RedisConnection>,
@@ -36,6 +59,12 @@ impl HostState {
             .get(connection)
             .map(|c| c.conn.clone())
             .map_err(|_| Error::Other("could not find connection for resource".into()))
+    }
+
+    /// Adds a connection to the guest's handles, unless too many are open.
+    fn push(&mut self, conn: RedisConnection) -> Result<Resource<RedisConnection>, Error> {
+        self.push_connection(conn)
+            .map_err(|_| Error::TooManyConnections)
     }
 }
 
@@ -49,21 +78,19 @@ macro_rules! connection {
     };
 }
 
-impl v2::Host for HostState {}
+impl v2::Host for ComponentRedis {}
 
-impl v2::HostConnection for HostState {
+impl v2::HostConnection for ComponentRedis {
     async fn open(
         &mut self,
         address: String,
     ) -> wasmtime::Result<Result<Resource<RedisConnection>, Error>> {
-        let target = (self.redis_client(&address), self.network_policy().clone());
-        let conn = match connect(target, self.component_id()).await {
+        let target = (self.redis_client(&address), self.outbound().clone());
+        let conn = match connect(target).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(self
-            .push_connection(conn)
-            .map_err(|_| Error::TooManyConnections))
+        Ok(self.push(conn))
     }
 
     async fn publish(
@@ -159,7 +186,7 @@ impl v2::HostConnection for HostState {
     }
 
     async fn drop(&mut self, connection: Resource<RedisConnection>) -> wasmtime::Result<()> {
-        self.drop_connection(connection)
+        self.close_connection(connection)
     }
 }
 
@@ -208,14 +235,15 @@ fn type_error_or_other(e: redis::RedisError) -> Error {
     }
 }
 
-impl HostState {
+impl ComponentRedis {
     /// The client for `address`, if the component may connect there: the address is checked
     /// as Spin checks it, then the host and port the redis crate will connect to (its own
     /// parse of the URL) are checked again. A Unix socket (`redis+unix://`, `unix://`) is
     /// refused, as PostgreSQL's are in Spin: the allow-list names network hosts only.
     /// Refusals are `invalid-address` (Spin's), logged with the reason.
     fn redis_client(&self, address: &str) -> Result<redis::Client, Error> {
-        if !self.outbound_allowed(address, "redis") {
+        let outbound = self.outbound();
+        if !outbound.outbound_allowed(address, "redis") {
             return Err(Error::InvalidAddress);
         }
         let client = redis::Client::open(address).map_err(|_| Error::InvalidAddress)?;
@@ -227,7 +255,7 @@ impl HostState {
                     "component `{}` tried to open Redis over a Unix socket ({}): Unix sockets \
                      are not supported on WebAssembly; use a redis://host:port address in \
                      allowed_outbound_hosts",
-                    self.component.id,
+                    outbound.id(),
                     super::outbound::origin_only(address)
                 );
                 return Err(Error::InvalidAddress);
@@ -238,17 +266,17 @@ impl HostState {
         } else {
             host.clone()
         };
-        if !self.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "redis") {
+        if !outbound.outbound_allowed(&format!("{scheme}://{shown}:{port}"), "redis") {
             return Err(Error::InvalidAddress);
         }
         if scheme == "redis" {
             return Ok(client);
         }
-        let tls = super::tls::data_tls_for(self.features.client_tls.entries(), host, port);
+        let tls = super::tls::data_tls_for(outbound.client_tls().entries(), host, port);
         super::tls::redis_client(address, &tls).map_err(|e| {
             tracing::error!(
                 "component `{}`: Redis address {}: {e:#}",
-                self.component.id,
+                outbound.id(),
                 super::outbound::origin_only(address)
             );
             Error::InvalidAddress
@@ -256,20 +284,17 @@ impl HostState {
     }
 }
 
-/// Connects with `client` (from [`HostState::redis_client`]) under the app's network
+/// Connects with `client` (from [`ComponentRedis::redis_client`]) under the app's network
 /// policy: a connection-cap permit is held, and the host resolves through the policy
 /// (blocked addresses dropped; all blocked: `other`, as Spin).
 async fn connect(
-    (client, policy): (
-        Result<redis::Client, Error>,
-        std::sync::Arc<super::network_policy::NetworkPolicy>,
-    ),
-    component: &str,
+    (client, outbound): (Result<redis::Client, Error>, Arc<ComponentHost>),
 ) -> Result<RedisConnection, Error> {
     let client = client?;
+    let policy = outbound.network_policy();
     let permit = policy.acquire(super::network_policy::Kind::Redis).await;
     let conn = client
-        .get_multiplexed_async_connection_with_config(&policy.redis_config(component))
+        .get_multiplexed_async_connection_with_config(&policy.redis_config(outbound.id()))
         .await
         .map_err(other)?;
     Ok(RedisConnection {
@@ -328,38 +353,44 @@ mod v3 {
     use redis::AsyncCommands as _;
     use wasmtime::component::Resource;
 
-    use super::{other, type_error_or_other, Error, RedisConnection, RedisParameter, RedisResult};
-    use crate::host::{with_host, Accessor, HostView};
+    use super::{
+        other, type_error_or_other, ComponentRedis, Error, RedisConnection, RedisParameter,
+        RedisResult,
+    };
+    use crate::host::{with_host, Accessor, HostState, HostView};
 
     pub(super) type Conn = Resource<RedisConnection>;
     type R<T> = wasmtime::Result<Result<T, Error>>;
 
+    /// Runs `f` on the instance's outbound Redis state (between awaits).
+    fn with_redis<T: HostView, R>(
+        acc: &Accessor<T>,
+        f: impl FnOnce(&mut ComponentRedis) -> R,
+    ) -> R {
+        with_host(acc, |h| f(&mut h.features.redis))
+    }
+
     /// The guest connection's multiplexed handle, or the call's `Err` result.
     macro_rules! conn {
         ($acc:expr, $this:expr) => {
-            match with_host($acc, |h| h.redis(&$this)) {
+            match with_redis($acc, |r| r.redis(&$this)) {
                 Ok(c) => c,
                 Err(e) => return Ok(Err(e)),
             }
         };
     }
 
+    pub(super) fn close(h: &mut HostState, this: Conn) -> wasmtime::Result<()> {
+        h.features.redis.close_connection(this)
+    }
+
     pub(super) async fn open<T: HostView>(acc: &Accessor<T>, address: String) -> R<Conn> {
-        let (target, id) = with_host(acc, |h| {
-            let policy = h.network_policy().clone();
-            (
-                (h.redis_client(&address), policy),
-                h.component_id().to_string(),
-            )
-        });
-        let conn = match super::connect(target, &id).await {
+        let target = with_redis(acc, |r| (r.redis_client(&address), r.outbound().clone()));
+        let conn = match super::connect(target).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        Ok(with_host(acc, |h| {
-            h.push_connection(conn)
-                .map_err(|_| Error::TooManyConnections)
-        }))
+        Ok(with_redis(acc, |r| r.push(conn)))
     }
 
     pub(super) async fn publish<T: HostView>(
@@ -450,18 +481,13 @@ mod v3 {
 }
 
 /// Adds `spin:redis/redis@3.0.0`.
-pub(super) fn add_spin4_to_linker<T: super::HostView>(
+fn add_spin4_to_linker<T: HostView>(
     linker: &mut wasmtime::component::Linker<T>,
 ) -> anyhow::Result<()> {
     use v3::Conn;
     const INTERFACE: &str = "redis";
     let mut inst = linker.instance("spin:redis/redis@3.0.0")?;
-    host_resource!(
-        inst,
-        "connection",
-        RedisConnection,
-        HostState::drop_connection
-    );
+    host_resource!(inst, "connection", RedisConnection, v3::close);
     async_func!(inst, INTERFACE, "[static]connection.open", v3::open, (address: String));
     async_func!(inst, INTERFACE, "[method]connection.publish", v3::publish, (this: Conn, channel: String, payload: Vec<u8>));
     async_func!(inst, INTERFACE, "[method]connection.get", v3::get, (this: Conn, key: String));

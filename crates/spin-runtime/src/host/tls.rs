@@ -227,6 +227,16 @@ pub struct ClientTlsFeature;
 pub struct ComponentTls(Arc<[ClientTls]>);
 
 impl ComponentTls {
+    /// The entries of `all` that name component `id`.
+    pub fn for_component(all: &[ClientTls], id: &str) -> Self {
+        ComponentTls(
+            all.iter()
+                .filter(|t| t.components.iter().any(|c| c == id))
+                .cloned()
+                .collect(),
+        )
+    }
+
     /// The entries, in the runtime config's order.
     pub fn entries(&self) -> &[ClientTls] {
         &self.0
@@ -272,13 +282,7 @@ impl super::feature::HostFeature for ClientTlsFeature {
         app: &Vec<ClientTls>,
         cx: &super::feature::ComponentContext<'_>,
     ) -> anyhow::Result<ComponentTls> {
-        let id = &cx.component.id;
-        Ok(ComponentTls(
-            app.iter()
-                .filter(|t| t.components.iter().any(|c| c == id))
-                .cloned()
-                .collect(),
-        ))
+        Ok(ComponentTls::for_component(app, &cx.component.id))
     }
 }
 

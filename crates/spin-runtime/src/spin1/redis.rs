@@ -1,7 +1,8 @@
 //! Spin 1.x outbound Redis (`fermyon:spin/redis`, unversioned): each call names its server
 //! and runs on a connection opened for it through `fermyon:spin/redis@2.0.0`'s host
-//! implementation (the same allow-list, URL rules, TLS and connection cap), closed after.
-//! Spin 1.x's error is one case, `error`; the reason is logged.
+//! implementation on the instance's [`ComponentRedis`] (the same allow-list, URL rules, TLS
+//! and connection cap), closed after. Spin 1.x's error is one case, `error`; the reason is
+//! logged.
 
 use wasmtime::component::{ComponentType, Lift, Lower, Resource};
 use wasmtime::StoreContextMut;
@@ -9,7 +10,7 @@ use wasmtime::StoreContextMut;
 use crate::host::bindings::fermyon::spin2_0_0::redis::{
     self as v2, HostConnection, RedisParameter, RedisResult,
 };
-use crate::host::redis::RedisConnection;
+use crate::host::redis::{ComponentRedis, RedisConnection};
 use crate::state::InstanceState;
 
 /// `fermyon:spin/redis-types.error`.
@@ -30,13 +31,13 @@ type R<T> = wasmtime::Result<(Result<T, Error>,)>;
 async fn with_connection<T, F>(state: &mut InstanceState, address: String, op: F) -> R<T>
 where
     F: for<'a> FnOnce(
-        &'a mut crate::host::HostState,
+        &'a mut ComponentRedis,
         Resource<RedisConnection>,
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = wasmtime::Result<Result<T, v2::Error>>> + Send + 'a>,
     >,
 {
-    let host = &mut state.host;
+    let host = &mut state.host.features.redis;
     let conn = match HostConnection::open(host, address.clone()).await? {
         Ok(c) => c,
         Err(e) => {
