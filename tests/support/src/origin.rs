@@ -134,11 +134,12 @@ fn serve(
         }
         *n = n.saturating_sub(1);
     }
+    // Counted before the reply leaves: a client holding the 200 must find it counted.
+    s.0.lock().unwrap().served += 1;
     let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
     drop(conn);
     let mut seen = s.0.lock().unwrap();
     seen.open -= 1;
-    seen.served += 1;
     s.1.notify_all();
 }
 
