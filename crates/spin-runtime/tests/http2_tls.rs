@@ -382,3 +382,159 @@ async fn an_h2_client_that_keeps_its_window_closed_loses_the_connection() {
     );
     drop(resp);
 }
+
+/// An HTTP/2 frame: 9-byte header (stream 1 unless `kind` is connection-level) and payload.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A raw HTTP/2 client on `stream`: sends the preface and an empty SETTINGS frame, answers
+/// the server's SETTINGS, then sends `opening` (a header block it leaves open) and one
+/// CONTINUATION frame of `trickle` every 300 ms. Without an opening it answers the server's
+/// PINGs as a live client does (so that only the missing request head can end the
+/// connection); with one it cannot (a header block admits no other frame). Whether the
+/// server closed the connection within `within`.
+async fn closed_within<S>(
+    mut stream: S,
+    opening: Vec<u8>,
+    trickle: Vec<u8>,
+    within: Duration,
+) -> bool
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PING: u8 = 0x6;
+    const SETTINGS: u8 = 0x4;
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    if stream.write_all(&hello).await.is_err() {
+        return true;
+    }
+    let deadline = tokio::time::Instant::now() + within;
+    let mut tick = tokio::time::interval(Duration::from_millis(300));
+    let mut pending = trickle.into_iter();
+    let (mut opening, mut block_open) = (Some(opening).filter(|o| !o.is_empty()), false);
+    let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return false,
+            n = stream.read(&mut buf) => {
+                let n = match n {
+                    Ok(0) | Err(_) => return true,
+                    Ok(n) => n,
+                };
+                got.extend_from_slice(&buf[..n]);
+                while got.len() >= 9 {
+                    let len = (got[0] as usize) << 16 | (got[1] as usize) << 8 | got[2] as usize;
+                    if got.len() < 9 + len {
+                        break;
+                    }
+                    let (kind, flags) = (got[3], got[4]);
+                    let payload: Vec<u8> = got[9..9 + len].to_vec();
+                    got.drain(..9 + len);
+                    let mut answer = match (kind, flags & 1) {
+                        (SETTINGS, 0) if !block_open => frame(SETTINGS, 1, 0, &[]),
+                        (PING, 0) if !block_open => frame(PING, 1, 0, &payload),
+                        _ => continue,
+                    };
+                    if let Some(o) = opening.take() {
+                        answer.extend(o);
+                        block_open = true;
+                    }
+                    if stream.write_all(&answer).await.is_err() {
+                        return true;
+                    }
+                }
+            }
+            _ = tick.tick(), if block_open => {
+                if let Some(b) = pending.next() {
+                    // One CONTINUATION frame, without END_HEADERS, per tick.
+                    if stream.write_all(&frame(0x9, 0, 1, &[b])).await.is_err() {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// HTTP/2 request heads have the header-read timeout HTTP/1.1 heads have: a client that
+/// sends the preface and then no request, or opens a stream and trickles its header block
+/// (CONTINUATION frames, each well inside the timeout), loses its connection after the
+/// timeout, over h2c and over TLS (ALPN h2), while answering the server's PINGs. A normal
+/// HTTP/2 connection, idle longer than that timeout between its requests, stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_request_heads_have_the_header_read_timeout() {
+    let app = prepare_app("spin-grpc");
+    let pki = pki();
+    let mut env: Vec<(String, String)> = tls_env(pki.path()).into();
+    env.push(("SPIN_SHIM_HEADER_READ_TIMEOUT".into(), "1s".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let plain = Server::start(app.path(), &env[2..]);
+    let tls = Server::start(app.path(), &env);
+    let addr = plain.addr;
+    let (mut sender, conn) = h2_connect(addr).await;
+    assert!(h2_get(&mut sender, addr, "/a").await.contains("path=/a\n"));
+
+    // Deadline 1 s; 5 s is the slack. The idle timeout (30 s) cannot be what closes them.
+    let within = Duration::from_secs(5);
+    let connect = || tokio::net::TcpStream::connect(addr);
+    let silent = closed_within(connect().await.unwrap(), Vec::new(), Vec::new(), within);
+    assert!(
+        silent.await,
+        "a client that sent no request head kept its connection"
+    );
+    // HEADERS of stream 1 (`:method GET`, END_STREAM, no END_HEADERS), then
+    // `accept-encoding: gzip, deflate` (HPACK index 16) once every 300 ms.
+    let headers = frame(0x1, 0x1, 1, &[0x82]);
+    let trickled = closed_within(connect().await.unwrap(), headers, vec![0x90; 40], within);
+    assert!(
+        trickled.await,
+        "a client trickling its header block kept its connection"
+    );
+    // Both were closed by the head deadline, each with a log line naming the knob.
+    let line = "closing connection: no complete HTTP/2 request head within 1s (set \
+                SPIN_SHIM_HEADER_READ_TIMEOUT to change it)";
+    let log_deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while plain.stderr.lock().unwrap().matches(line).count() < 2
+        && std::time::Instant::now() < log_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = plain.stderr.lock().unwrap().clone();
+    assert_eq!(log.matches(line).count(), 2, "{log}");
+
+    // TLS, h2 by ALPN: the same bound once the handshake is done.
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    let ca = rustls::pki_types::CertificateDer::from_pem_file(pki.path().join("ca.pem")).unwrap();
+    roots.add(ca).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(tls.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert!(
+        closed_within(stream, Vec::new(), Vec::new(), within).await,
+        "a TLS client that sent no request head kept its connection"
+    );
+
+    // The normal connection, idle past the deadline meanwhile, still serves.
+    assert!(h2_get(&mut sender, addr, "/b").await.contains("path=/b\n"));
+    assert!(!conn.is_finished());
+}

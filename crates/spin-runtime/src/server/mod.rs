@@ -8,7 +8,51 @@
 //! the executors of each HTTP component kind (WASI HTTP in [`reuse`], [`wagi`], Spin 1.x
 //! in [`spin1`]), service chaining, h2c and inbound TLS.
 
+/// `AsyncWrite` for a pin-projected reader wrapper `$ty<I>` whose `inner` field does the
+/// writing unchanged.
+macro_rules! write_through {
+    ($ty:ident) => {
+        impl<I: tokio::io::AsyncWrite> tokio::io::AsyncWrite for $ty<I> {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.project().inner.poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                self.project().inner.poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.inner.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                self.project().inner.poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                self.project().inner.poll_shutdown(cx)
+            }
+        }
+    };
+}
+pub(crate) use write_through;
+
 pub mod chain;
+pub(crate) mod h2_heads;
 pub(crate) mod h2c;
 pub mod inbound_tls;
 pub(crate) mod reuse;
@@ -886,17 +930,24 @@ struct PendingUpgrade {
 type UpgradeSlot = Arc<std::sync::Mutex<Option<PendingUpgrade>>>;
 
 /// How every connection is served: HTTP/1.1, or HTTP/2 when it opens with the HTTP/2
-/// preface (h2c prior knowledge, or h2 chosen by ALPN), with the same timeouts.
+/// preface (h2c prior knowledge, or h2 chosen by ALPN), with the same timeouts. HTTP/2 heads
+/// get the header-read timeout from [`h2_heads::HeadDeadline`]; an HTTP/2 client that
+/// stops answering PINGs (sent after the header-read timeout without a frame from it) loses
+/// its connection after that timeout again, so that neither an idle connection's graceful
+/// shutdown nor a dead peer holds the connection.
 fn connection_builder(limits: &crate::limits::Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
-    b.http2()
-        .timer(TokioTimer::new())
+    let mut h2 = b.http2();
+    h2.timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
         .max_header_list_size(H2_MAX_HEADER_LIST_SIZE);
+    if let Some(t) = limits.header_read_timeout {
+        h2.keep_alive_interval(t).keep_alive_timeout(t);
+    }
     b
 }
 
@@ -1049,7 +1100,8 @@ where
 }
 
 /// Serves HTTP/1.1 and HTTP/2 on `io` until the connection ends, is idle for the idle
-/// timeout, makes no write progress for the write timeout ([`WriteProgress`]), or `stop`
+/// timeout, makes no write progress for the write timeout ([`WriteProgress`]), owes an
+/// HTTP/2 request head for the header-read timeout ([`h2_heads::HeadDeadline`]), or `stop`
 /// fires. A cleartext HTTP/1.1 connection upgraded to h2c goes on as HTTP/2 under the same
 /// bounds.
 async fn serve_http<I>(
@@ -1069,6 +1121,7 @@ async fn serve_http<I>(
         let builder = connection_builder(&limits);
         let service =
             connection_service(app.clone(), activity.clone(), peers, scheme, slot.clone());
+        let io = h2_heads::HeadDeadline::new(io, limits.header_read_timeout);
         let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         let shutdown = |c: std::pin::Pin<&mut _>| auto::UpgradeableConnection::graceful_shutdown(c);
@@ -1088,6 +1141,7 @@ async fn serve_http<I>(
         }
     };
     let io = h2c::StreamOne::new(TokioIo::new(upgraded), pending.frames);
+    let io = h2_heads::HeadDeadline::new(io, limits.header_read_timeout);
     let service = connection_service(app, activity.clone(), peers, scheme, None);
     let builder = connection_builder(&limits).http2_only();
     let conn = builder.serve_connection(TokioIo::new(io), service);
