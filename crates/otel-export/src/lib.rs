@@ -615,13 +615,13 @@ pub const MEMORY_BOUNDS: [f64; 9] = [
 /// dropping an instance: the histograms `spin.component_cpu_time` (seconds),
 /// `spin.component_memory_used_on_init` and `spin.component_memory_used` (bytes), each with
 /// the attributes `component_id` and `unit` (`s` or `By`), Spin's names and attributes.
-/// `cpu_seconds` is `None` when the instance's CPU time was not measured. Does nothing when
-/// metrics are off.
+/// `cpu_seconds` is `None` when the instance's CPU time was not measured; `memory` (on init,
+/// at the end) is `None` for an observation of CPU time alone (one request of an instance
+/// that serves many). Does nothing when metrics are off.
 pub fn record_component_usage(
     component_id: &str,
     cpu_seconds: Option<f64>,
-    memory_on_init: u64,
-    memory_used: u64,
+    memory: Option<(u64, u64)>,
 ) {
     struct Usage {
         cpu: Histogram<f64>,
@@ -658,8 +658,10 @@ pub fn record_component_usage(
     if let Some(cpu) = cpu_seconds {
         h.cpu.record(cpu, &seconds);
     }
-    h.on_init.record(memory_on_init, &bytes);
-    h.used.record(memory_used, &bytes);
+    if let Some((on_init, used)) = memory {
+        h.on_init.record(on_init, &bytes);
+        h.used.record(used, &bytes);
+    }
 }
 
 /// The first 50 bytes of non-UTF-8 output, escaped (as Spin exports it).

@@ -9,7 +9,8 @@
 //!   exporter names Spin's OTLP ones: `spin_component_cpu_time{component_id,unit="s"}`,
 //!   `spin_component_memory_used_on_init{component_id,unit="By"}` and
 //!   `spin_component_memory_used{component_id,unit="By"}`, one observation per component
-//!   instance when it ends ([`InstanceUsage`]).
+//!   instance when it ends ([`InstanceUsage`]); for a reused WASIp3 instance, which serves
+//!   many requests, the CPU time is observed per request instead ([`WorkerCpu`]).
 //!
 //! Every series carries `app` (the app name). Without the variable nothing is recorded
 //! (the request path checks one `Option`).
@@ -226,8 +227,13 @@ impl Metrics {
     }
 
     /// One component instance ended having used `cpu_seconds` (`None`: not measured) and the
-    /// memory given.
-    fn instance_ended(&self, component: &str, cpu_seconds: Option<f64>, on_init: u64, used: u64) {
+    /// memory given (`None`: recorded elsewhere, as for a reused instance's requests).
+    fn instance_ended(
+        &self,
+        component: &str,
+        cpu_seconds: Option<f64>,
+        memory: Option<(u64, u64)>,
+    ) {
         let labels = |unit| UsageLabels {
             component_id: component.to_string(),
             unit,
@@ -235,6 +241,9 @@ impl Metrics {
         if let Some(cpu) = cpu_seconds {
             self.cpu_time.get_or_create(&labels("s")).observe(cpu);
         }
+        let Some((on_init, used)) = memory else {
+            return;
+        };
         self.memory_on_init
             .get_or_create(&labels("By"))
             .observe(on_init as f64);
@@ -256,6 +265,20 @@ impl Metrics {
 /// (a process serves one app).
 static USAGE_SINK: OnceLock<Arc<Metrics>> = OnceLock::new();
 
+/// Whether per-component usage is recorded anywhere (OTLP metrics or the Prometheus
+/// endpoint); when not, nothing is measured.
+fn usage_recorded() -> bool {
+    otel_export::metrics_enabled() || USAGE_SINK.get().is_some()
+}
+
+/// Records one component usage observation to OTLP and the Prometheus endpoint.
+fn record_usage(component: &str, cpu_seconds: Option<f64>, memory: Option<(u64, u64)>) {
+    otel_export::record_component_usage(component, cpu_seconds, memory);
+    if let Some(m) = USAGE_SINK.get() {
+        m.instance_ended(component, cpu_seconds, memory);
+    }
+}
+
 /// What one component instance uses, as Spin 3.6 measures it: CPU time running the guest
 /// ([`cpu_timed`]), its linear memory once instantiated and at its end (the store's memory
 /// limiter reports every growth: [`InstanceUsage::memory_grew`]). Recorded when the instance
@@ -266,7 +289,8 @@ pub struct InstanceUsage {
     component: Box<str>,
     cpu_nanos: AtomicU64,
     /// Whether a guest future was timed ([`cpu_timed`]): a reused WASIp3 instance runs in
-    /// wasmtime-wasi-http's worker, which is not, and reports no CPU time.
+    /// wasmtime-wasi-http's worker, which is not; [`WorkerCpu`] reports its CPU time per
+    /// request.
     timed: AtomicBool,
     on_init: AtomicU64,
     used: AtomicU64,
@@ -276,7 +300,7 @@ impl InstanceUsage {
     /// An account for one instance of component `component`, or `None` when neither OTLP
     /// metrics nor the Prometheus endpoint would record it (the default: no cost).
     pub fn start(component: &str) -> Option<Arc<InstanceUsage>> {
-        if !otel_export::metrics_enabled() && USAGE_SINK.get().is_none() {
+        if !usage_recorded() {
             return None;
         }
         Some(Arc::new(InstanceUsage {
@@ -307,12 +331,8 @@ impl InstanceUsage {
 impl Drop for InstanceUsage {
     fn drop(&mut self) {
         let cpu = (*self.timed.get_mut()).then(|| self.cpu_time().as_secs_f64());
-        let on_init = *self.on_init.get_mut();
-        let used = *self.used.get_mut();
-        otel_export::record_component_usage(&self.component, cpu, on_init, used);
-        if let Some(m) = USAGE_SINK.get() {
-            m.instance_ended(&self.component, cpu, on_init, used);
-        }
+        let memory = (*self.on_init.get_mut(), *self.used.get_mut());
+        record_usage(&self.component, cpu, Some(memory));
     }
 }
 
@@ -331,12 +351,25 @@ fn thread_cpu_nanos() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// Where measured CPU time goes.
+pub trait CpuAccount: Send + Sync {
+    /// Adds `nanos` of CPU time.
+    fn add_cpu(&self, nanos: u64);
+}
+
+impl CpuAccount for InstanceUsage {
+    fn add_cpu(&self, nanos: u64) {
+        self.cpu_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.timed.store(true, Ordering::Relaxed);
+    }
+}
+
 pin_project_lite::pin_project! {
     /// A guest's future whose polls are timed ([`cpu_timed`]).
-    pub struct CpuTimed<F> {
+    pub struct CpuTimed<F, A> {
         #[pin]
         fut: F,
-        usage: Option<Arc<InstanceUsage>>,
+        account: Option<Arc<A>>,
     }
 }
 
@@ -344,24 +377,182 @@ pin_project_lite::pin_project! {
 /// polls to `usage`: the guest's code and the host work done inline on its behalf, not the
 /// time it waits. Each poll runs on one thread, so the per-thread clock is exact even when
 /// the task moves between threads. With `None` it only polls `fut`.
-pub fn cpu_timed<F: Future>(usage: Option<Arc<InstanceUsage>>, fut: F) -> CpuTimed<F> {
-    CpuTimed { fut, usage }
+pub fn cpu_timed<F: Future>(
+    usage: Option<Arc<InstanceUsage>>,
+    fut: F,
+) -> CpuTimed<F, InstanceUsage> {
+    cpu_timed_to(usage, fut)
 }
 
-impl<F: Future> Future for CpuTimed<F> {
+/// As [`cpu_timed`], adding to any [`CpuAccount`].
+pub fn cpu_timed_to<F: Future, A: CpuAccount>(account: Option<Arc<A>>, fut: F) -> CpuTimed<F, A> {
+    CpuTimed { fut, account }
+}
+
+impl<F: Future, A: CpuAccount> Future for CpuTimed<F, A> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let Some(usage) = this.usage.as_ref() else {
+        let Some(account) = this.account.as_ref() else {
             return this.fut.poll(cx);
         };
         let start = thread_cpu_nanos();
         let r = this.fut.poll(cx);
-        let spent = thread_cpu_nanos().saturating_sub(start);
-        usage.cpu_nanos.fetch_add(spent, Ordering::Relaxed);
-        usage.timed.store(true, Ordering::Relaxed);
+        account.add_cpu(thread_cpu_nanos().saturating_sub(start));
         r
+    }
+}
+
+/// The CPU time of a reused WASIp3 instance, observed per request. Such an instance runs
+/// in wasmtime-wasi-http's worker task, whose polls this runtime cannot wrap; instead the
+/// worker's state marks points inside its polls ([`WorkerCpu::mark`]: when it considers
+/// taking a request, starts one, resumes a guest after its time slice) and the end of each
+/// poll ([`WorkerCpu::poll_ended`]), and the thread CPU time from a poll's first mark to its
+/// end is counted (a poll runs on one thread, so this is the instance's own work). The time
+/// before a poll's first mark is not, nor the polls right after the worker took a request
+/// (the worker then polls its instance once more after the poll's end, unmarked): the
+/// figure is a lower bound, exact for the guest code run between marks. Each counted span
+/// goes to the requests the instance is serving, in equal shares, or, between requests, to
+/// the last one started (a guest may write its body after its response); instantiation
+/// goes to the first request. A request's CPU time is observed in
+/// `spin.component_cpu_time` once the next request starts on the instance or the instance
+/// ends.
+pub struct WorkerCpu {
+    component: Arc<str>,
+    clock: std::sync::Mutex<WorkerClock>,
+}
+
+impl std::fmt::Debug for WorkerCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WorkerCpu({})", self.component)
+    }
+}
+
+#[derive(Default)]
+struct WorkerClock {
+    /// The thread and its CPU clock at the poll's last mark.
+    open: Option<(std::thread::ThreadId, u64)>,
+    /// Marks are ignored until the end of the next poll (see [`WorkerCpu`]).
+    blind: bool,
+    /// A request started since the last end of a poll.
+    accepted: bool,
+    in_flight: Vec<Arc<RequestCpu>>,
+    latest: Option<Arc<RequestCpu>>,
+    /// CPU time before the first request (instantiation).
+    unattributed: u64,
+}
+
+impl WorkerClock {
+    fn credit(&mut self, nanos: u64) {
+        if let Some((first, rest)) = self.in_flight.split_first() {
+            let share = nanos / (rest.len() as u64 + 1);
+            let first_share = nanos - share * rest.len() as u64;
+            first.nanos.fetch_add(first_share, Ordering::Relaxed);
+            for r in rest {
+                r.nanos.fetch_add(share, Ordering::Relaxed);
+            }
+        } else if let Some(latest) = &self.latest {
+            latest.nanos.fetch_add(nanos, Ordering::Relaxed);
+        } else {
+            self.unattributed += nanos;
+        }
+    }
+}
+
+/// One request's CPU time on a reused instance; observed when dropped.
+struct RequestCpu {
+    component: Arc<str>,
+    nanos: AtomicU64,
+}
+
+impl Drop for RequestCpu {
+    fn drop(&mut self) {
+        let seconds = std::time::Duration::from_nanos(*self.nanos.get_mut()).as_secs_f64();
+        record_usage(&self.component, Some(seconds), None);
+    }
+}
+
+/// A request in flight on a reused instance ([`WorkerCpu::request_started`]); dropping it
+/// (the request was answered or expired) ends its share of the instance's CPU time.
+pub struct InFlightRequest {
+    worker: Arc<WorkerCpu>,
+    request: Arc<RequestCpu>,
+}
+
+impl Drop for InFlightRequest {
+    fn drop(&mut self) {
+        self.worker.mark();
+        let mut clock = self.worker.lock();
+        clock.in_flight.retain(|r| !Arc::ptr_eq(r, &self.request));
+    }
+}
+
+impl WorkerCpu {
+    /// An account for one reused instance of component `component`, or `None` when usage is
+    /// not recorded (the default: no cost).
+    pub fn start(component: &str) -> Option<Arc<WorkerCpu>> {
+        usage_recorded().then(|| {
+            Arc::new(WorkerCpu {
+                component: component.into(),
+                clock: Default::default(),
+            })
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, WorkerClock> {
+        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A point inside a poll of the instance's worker: the CPU time since the poll's last
+    /// mark is counted.
+    pub fn mark(&self) {
+        let (now, me) = (thread_cpu_nanos(), std::thread::current().id());
+        let mut clock = self.lock();
+        if clock.blind {
+            return;
+        }
+        if let Some((thread, then)) = clock.open {
+            if thread == me {
+                clock.credit(now.saturating_sub(then));
+            }
+        }
+        clock.open = Some((me, now));
+    }
+
+    /// The worker's poll ends (its expiration is polled last): counts up to here; the next
+    /// poll starts unmeasured, and when a request started in this one, the worker polls its
+    /// instance once more before returning, so the poll after that is not counted either.
+    pub fn poll_ended(&self) {
+        self.mark();
+        let mut clock = self.lock();
+        clock.open = None;
+        clock.blind = std::mem::take(&mut clock.accepted);
+    }
+
+    /// A request starts on the instance; it is in flight until the returned guard drops.
+    pub fn request_started(self: &Arc<Self>) -> InFlightRequest {
+        self.mark();
+        let mut clock = self.lock();
+        let request = Arc::new(RequestCpu {
+            component: self.component.clone(),
+            nanos: AtomicU64::new(std::mem::take(&mut clock.unattributed)),
+        });
+        clock.accepted = true;
+        clock.in_flight.push(request.clone());
+        let previous = clock.latest.replace(request.clone());
+        drop(clock);
+        drop(previous);
+        InFlightRequest {
+            worker: self.clone(),
+            request,
+        }
+    }
+}
+
+impl CpuAccount for WorkerCpu {
+    fn add_cpu(&self, nanos: u64) {
+        self.lock().credit(nanos);
     }
 }
 

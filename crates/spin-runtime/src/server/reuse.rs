@@ -27,7 +27,7 @@ use wasmtime_wasi_http::p3::bindings::ServicePre;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::limits::{InstanceReuse, Limits};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, WorkerCpu};
 use crate::runtime::PreparedComponent;
 use crate::state::InstanceState;
 
@@ -94,7 +94,12 @@ impl HandlerState for P3Instances {
                 crate::runtime::Stdio::Default,
             )
             .map_err(wasmtime::Error::from_anyhow)?;
-        let instantiate = self.pre.instantiate_async(&mut store);
+        let cpu = WorkerCpu::start(&self.id);
+        if let Some(cpu) = &cpu {
+            mark_resumptions(&mut store, cpu.clone());
+        }
+        let instantiate =
+            crate::metrics::cpu_timed_to(cpu.clone(), self.pre.instantiate_async(&mut store));
         let service = match self.request_timeout {
             Some(d) => tokio::time::timeout(d, instantiate).await.map_err(|_| {
                 wasmtime::format_err!(
@@ -116,15 +121,38 @@ impl HandlerState for P3Instances {
                 idle_timeout: self.reuse.idle_timeout,
                 request_timeout: self.request_timeout,
                 sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                cpu: cpu.clone(),
             },
             state: P3Worker {
                 id: self.id.clone(),
                 reuse: self.reuse,
                 request_timeout: self.request_timeout,
                 metrics: self.metrics.clone(),
+                cpu,
             },
         })
     }
+}
+
+/// The instance's time-slice yields (the store's epoch callback, as
+/// [`crate::runtime`] sets it) with a [`WorkerCpu::mark`] where the guest resumes: a poll of
+/// the worker that resumes a busy guest starts there, not where the worker's other marks are.
+fn mark_resumptions(store: &mut Store<InstanceState>, cpu: Arc<WorkerCpu>) {
+    let slice = Arc::clone(&store.data().slice);
+    store.epoch_deadline_callback(move |_| {
+        if !slice.used_up() {
+            return Ok(wasmtime::UpdateDeadline::Continue(1));
+        }
+        let (slice, cpu) = (slice.clone(), cpu.clone());
+        Ok(wasmtime::UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                slice.restart();
+                cpu.mark();
+            }),
+        ))
+    });
 }
 
 /// One instance's admission rule, request deadline and end.
@@ -133,6 +161,8 @@ pub(crate) struct P3Worker {
     reuse: InstanceReuse,
     request_timeout: Option<Duration>,
     metrics: Option<Arc<Metrics>>,
+    /// The instance's CPU time per request, when usage is recorded.
+    cpu: Option<Arc<WorkerCpu>>,
 }
 
 impl WorkerState for P3Worker {
@@ -141,6 +171,10 @@ impl WorkerState for P3Worker {
     type RequestData = tracing::Span;
 
     fn should_accept_request(&self, concurrent: usize, total: usize) -> ShouldAccept {
+        // Asked at the start of most polls of the worker, right before it runs guest work.
+        if let Some(cpu) = &self.cpu {
+            cpu.mark();
+        }
         if total >= self.reuse.max_requests {
             ShouldAccept::Never
         } else if concurrent >= self.reuse.max_concurrent {
@@ -162,9 +196,17 @@ impl WorkerState for P3Worker {
         if otel_export::enabled() {
             store.data_mut().host.request_trace = Some(otel_export::context_of(&span));
         }
-        match self.request_timeout {
+        let expiry: Pin<Box<dyn Future<Output = ()> + Send + Sync>> = match self.request_timeout {
             Some(d) => Box::pin(tokio::time::sleep(d)),
             None => Box::pin(std::future::pending()),
+        };
+        // wasmtime-wasi-http drops this future once the request is answered or expired.
+        match self.cpu.as_ref().map(WorkerCpu::request_started) {
+            Some(in_flight) => Box::pin(async move {
+                let _in_flight = in_flight;
+                expiry.await
+            }),
+            None => expiry,
         }
     }
 
@@ -206,6 +248,8 @@ pub(crate) struct Expiration {
     idle_timeout: Duration,
     request_timeout: Option<Duration>,
     sleep: Pin<Box<tokio::time::Sleep>>,
+    /// Polled at the end of each poll of the worker: [`WorkerCpu::poll_ended`].
+    cpu: Option<Arc<WorkerCpu>>,
 }
 
 impl WorkerExpiration for Expiration {
@@ -216,6 +260,9 @@ impl WorkerExpiration for Expiration {
         start: Instant,
     ) -> Poll<()> {
         let me = self.get_mut();
+        if let Some(cpu) = &me.cpu {
+            cpu.poll_ended();
+        }
         let timeout = match status {
             WorkerStatus::Idle => Some(me.idle_timeout),
             WorkerStatus::Requests | WorkerStatus::PostReturn => me.request_timeout,
