@@ -34,10 +34,8 @@ pub const MAX_INSTANCE_CONCURRENT_REUSE_COUNT: &str =
 pub const IDLE_INSTANCE_TIMEOUT: &str = "SPIN_SHIM_IDLE_INSTANCE_TIMEOUT";
 /// Where Prometheus metrics are served.
 pub const METRICS_ADDR: &str = "SPIN_SHIM_METRICS_ADDR";
-/// Whether a component the compile cache misses starts on baseline code.
-pub const TIERED_COMPILE: &str = "SPIN_SHIM_TIERED_COMPILE";
-/// The size from which tiering applies.
-pub const TIERED_COMPILE_MIN_BYTES: &str = "SPIN_SHIM_TIERED_COMPILE_MIN_BYTES";
+// Read by both roles (the shim's precompile too): defined with the shim's names.
+pub use crate::shim::{TIERED_COMPILE, TIERED_COMPILE_MIN_BYTES};
 /// Whether the compile cache is only read.
 pub const COMPILE_CACHE_READONLY: &str = "SPIN_SHIM_COMPILE_CACHE_READONLY";
 /// Whether the engine uses wasmtime's pooling allocator.

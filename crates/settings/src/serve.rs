@@ -82,6 +82,23 @@ pub fn source_cache_dir() -> Option<PathBuf> {
 
 static SERVE: OnceLock<ServeSettings> = OnceLock::new();
 
+/// The download bounds of this process: spin-serve's settings when it kept them
+/// ([`ServeSettings::init`]), else the shim's ([`crate::shim::ShimSettings::init`]): both
+/// roles read the same variables, each from its own environment.
+pub fn downloads() -> Result<crate::shim::Downloads, SettingError> {
+    if let Some(s) = ServeSettings::current() {
+        return Ok(crate::shim::Downloads {
+            timeout: s.download_timeout,
+            max_bytes: s.max_download_bytes,
+        });
+    }
+    let s = crate::shim::ShimSettings::init()?;
+    Ok(crate::shim::Downloads {
+        timeout: s.download_timeout,
+        max_bytes: s.max_download_bytes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,11 @@ pub const DOWNLOAD_TIMEOUT_SECS: &str = "SPIN_SHIM_DOWNLOAD_TIMEOUT_SECS";
 pub const MAX_DOWNLOAD_BYTES: &str = "SPIN_SHIM_MAX_DOWNLOAD_BYTES";
 /// Idle seconds after which a process gives back its executable's pages; `0` off.
 pub const IDLE_RELEASE_SECS: &str = "SPIN_SHIM_IDLE_RELEASE_SECS";
+/// Whether a component the compile cache misses starts on baseline code (the container's
+/// variable; the shim's precompile reads it too).
+pub const TIERED_COMPILE: &str = "SPIN_SHIM_TIERED_COMPILE";
+/// The size from which tiering applies (as [`TIERED_COMPILE`]).
+pub const TIERED_COMPILE_MIN_BYTES: &str = "SPIN_SHIM_TIERED_COMPILE_MIN_BYTES";
 
 /// Default of [`STATE_DIR`].
 pub const DEFAULT_STATE_DIR: &str = "/run/spin-shim";
@@ -68,10 +73,10 @@ pub struct ShimSettings {
     pub max_download_bytes: u64,
     /// [`IDLE_RELEASE_SECS`]; `None`: off.
     pub idle_release: Option<Duration>,
-    /// [`crate::container::TIERED_COMPILE`] for the shim's precompile, where the container's
+    /// [`TIERED_COMPILE`] for the shim's precompile, where the container's
     /// environment does not set it.
     pub tiered_compile: bool,
-    /// [`crate::container::TIERED_COMPILE_MIN_BYTES`], as [`ShimSettings::tiered_compile`].
+    /// [`TIERED_COMPILE_MIN_BYTES`], as [`ShimSettings::tiered_compile`].
     pub tiered_compile_min_bytes: u64,
 }
 
@@ -102,13 +107,8 @@ impl ShimSettings {
             download_timeout: r.positive_secs(DOWNLOAD_TIMEOUT_SECS, 300)?,
             max_download_bytes: r.number(MAX_DOWNLOAD_BYTES, 0, 256 << 20, 256 << 20)?,
             idle_release: idle_release(&r)?,
-            tiered_compile: r.flag(crate::container::TIERED_COMPILE, true)?,
-            tiered_compile_min_bytes: r.number(
-                crate::container::TIERED_COMPILE_MIN_BYTES,
-                0,
-                2 << 20,
-                2 << 20,
-            )?,
+            tiered_compile: r.flag(TIERED_COMPILE, true)?,
+            tiered_compile_min_bytes: r.number(TIERED_COMPILE_MIN_BYTES, 0, 2 << 20, 2 << 20)?,
         })
     }
 
@@ -154,23 +154,6 @@ pub struct Downloads {
     pub timeout: Duration,
     /// [`MAX_DOWNLOAD_BYTES`].
     pub max_bytes: u64,
-}
-
-/// The download bounds of this process: spin-serve's settings when it kept them
-/// ([`crate::serve::ServeSettings::init`]), else the shim's ([`ShimSettings::init`]): both
-/// roles read the same variables, each from its own environment.
-pub fn downloads() -> Result<Downloads, SettingError> {
-    if let Some(s) = crate::serve::ServeSettings::current() {
-        return Ok(Downloads {
-            timeout: s.download_timeout,
-            max_bytes: s.max_download_bytes,
-        });
-    }
-    let s = ShimSettings::init()?;
-    Ok(Downloads {
-        timeout: s.download_timeout,
-        max_bytes: s.max_download_bytes,
-    })
 }
 
 /// [`IDLE_RELEASE_SECS`] through `r`: whole seconds, `0` off.
@@ -220,7 +203,7 @@ mod tests {
             (MAX_APP_BYTES, "1G"),
             (IDLE_RELEASE_SECS, "soon"),
             (COMPILE_CPU_SECS, "-3"),
-            (crate::container::TIERED_COMPILE, "fast"),
+            (TIERED_COMPILE, "fast"),
         ] {
             let e = ShimSettings::from_env(&env(&[(k, v)])).unwrap_err();
             let msg = e.to_string();

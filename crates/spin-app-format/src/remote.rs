@@ -91,9 +91,9 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 /// The download cap ([`MAX_BYTES_ENV`]) of this process's settings: spin-serve's or the
-/// shim's ([`spin_shim_settings::shim::downloads`]).
+/// shim's ([`spin_shim_settings::serve::downloads`]).
 pub fn max_bytes() -> anyhow::Result<u64> {
-    Ok(spin_shim_settings::shim::downloads()?.max_bytes)
+    Ok(spin_shim_settings::serve::downloads()?.max_bytes)
 }
 
 /// The hex part of `digest` if it is `sha256:` and 64 lower-case hex digits.
@@ -202,7 +202,7 @@ impl RemoteSource {
                    environment of the shim (containerd's) or spin-serve if it needs a proxy, \
                    SSL_CERT_FILE if its certificate is from a private CA, or ship the file in \
                    the image and give its path as `source`";
-        let timeout = spin_shim_settings::shim::downloads()?.timeout;
+        let timeout = spin_shim_settings::serve::downloads()?.timeout;
         let agent = agent(timeout, what)?;
         let response = agent.get(&self.url).call().map_err(|e| match e {
             ureq::Error::RequireHttpsOnly(to) => anyhow!(
