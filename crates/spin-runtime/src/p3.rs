@@ -2,10 +2,7 @@
 //! `async func` interfaces. Components built for the `0.3.0-rc-2026-03-15` snapshot are
 //! retargeted to `@0.3.0` before they are compiled ([`crate::engine::retarget`]).
 
-use wasmtime::component::{ComponentType, Linker, Lower};
-
 pub use crate::engine::retarget::{mentions_rc_snapshot, retarget_snapshot, RC_SNAPSHOT, RELEASE};
-use crate::state::InstanceState;
 
 /// The WASIp3 interfaces the runtime links (wasmtime-wasi's and wasmtime-wasi-http's, at
 /// `@0.3.0`; components built for the snapshot import them under that name once
@@ -81,58 +78,6 @@ fn same_major_older_minor(name: &str) -> bool {
             p == path && parse(v).is_some_and(|(ma, mi)| ma == major && major > 0 && minor <= mi)
         })
     })
-}
-
-/// `error` of Spin 4's `spin:variables/variables@3.0.0`.
-#[derive(ComponentType, Lower, Debug)]
-#[component(variant)]
-enum VariablesError {
-    #[component(name = "invalid-name")]
-    InvalidName(String),
-    #[component(name = "undefined")]
-    Undefined(String),
-    #[component(name = "provider")]
-    #[allow(dead_code)]
-    Provider(String),
-    #[component(name = "other")]
-    #[allow(dead_code)]
-    Other(String),
-}
-
-/// Adds WASIp3 (wasmtime-wasi's cli, clocks, filesystem, random, sockets and
-/// wasmtime-wasi-http's types and client, at `@0.3.0`) and Spin 4's `async func`
-/// interfaces ([`SPIN4_INTERFACES`]) to `linker`. The WASIp2 interfaces stay: a Rust component built for
-/// `wasm32-wasip2` imports both (its standard library uses WASIp2).
-pub fn add_to_linker(linker: &mut Linker<InstanceState>) -> anyhow::Result<()> {
-    wasmtime_wasi::p3::add_to_linker(linker)?;
-    wasmtime_wasi_http::p3::add_to_linker(linker)?;
-    // spin:variables/variables@3.0.0 (Spin 4): `get: async func(name: string) ->
-    // result<string, error>`, answered from the values resolved at start, as the
-    // fermyon:spin/variables@2.0.0 form is.
-    let mut vars = linker.instance("spin:variables/variables@3.0.0")?;
-    vars.func_wrap_concurrent("get", |accessor, (name,): (String,)| {
-        use tracing::Instrument as _;
-        let span =
-            accessor.with(|mut a| crate::host::import_span("variables", "get", &a.data_mut().host));
-        Box::pin(
-            async move {
-                let result = accessor.with(|mut access| {
-                    match access.data_mut().host.variable_for_guest(&name) {
-                        Ok(v) => Ok(v),
-                        Err(crate::host::variables::VarError::Invalid(e)) => {
-                            Err(VariablesError::InvalidName(e))
-                        }
-                        Err(crate::host::variables::VarError::Undefined(e)) => {
-                            Err(VariablesError::Undefined(e))
-                        }
-                    }
-                });
-                Ok((result,))
-            }
-            .instrument(span),
-        )
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -566,7 +566,7 @@ fn new_linker(engine: &Engine) -> anyhow::Result<Linker<InstanceState>> {
     let mut linker: Linker<InstanceState> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    crate::p3::add_to_linker(&mut linker)?;
+    crate::state::add_p3_to_linker(&mut linker)?;
     crate::wasi_rc::add_to_linker(&mut linker)?;
     host::add_to_linker(&mut linker)?;
     crate::spin1::add_to_linker(&mut linker)?;

@@ -563,7 +563,7 @@ pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let e = Engine::new(&super::tier::baseline_config())
+    let e = Engine::new(&super::config::baseline_config())
         .map_err(anyhow::Error::from)
         .context("cannot create the baseline (Winch) engine")?;
     Ok(ENGINE.get_or_init(|| e))
@@ -574,7 +574,7 @@ pub fn baseline_compile_engine() -> anyhow::Result<&'static Engine> {
 /// only unless `parallel`: one compilation holds fewer functions in flight, so less memory.
 pub fn entry_compile_engine(winch: bool, parallel: bool) -> anyhow::Result<Engine> {
     let mut config = if winch {
-        super::tier::baseline_config()
+        super::config::baseline_config()
     } else {
         super::config::engine_config()
     };

@@ -15,7 +15,7 @@ const ADAPTER_NAME: &str = "wasi_snapshot_preview1";
 
 /// Whether `bytes` is a core Wasm module (binary version 1) rather than a component.
 pub fn is_core_module(bytes: &[u8]) -> bool {
-    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
+    wasmparser::Parser::is_core_wasm(bytes)
 }
 
 /// Whether core module `module` is a plain WASI command: it exports a `_start` function and

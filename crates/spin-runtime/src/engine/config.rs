@@ -99,6 +99,13 @@ pub(crate) fn engine_config() -> wasmtime::Config {
     config
 }
 
+/// The runtime's configuration with Winch as the compiler (the baseline tier's engines).
+pub(crate) fn baseline_config() -> wasmtime::Config {
+    let mut config = engine_config();
+    config.strategy(wasmtime::Strategy::Winch);
+    config
+}
+
 /// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`] (as Spin's engine);
 /// at each tick running guest code checks its time slice ([`TimeSlice`]).
 pub(crate) fn start_epoch_ticker(engine: &'static Engine, name: &str) -> anyhow::Result<()> {

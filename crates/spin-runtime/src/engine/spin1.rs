@@ -160,7 +160,7 @@ fn failure(id: &str) -> String {
 /// cannot be adapted ([`componentize`]); anything else passes. The runtime then serves the
 /// app without that component instead of refusing the whole app.
 pub fn check(bytes: &[u8], id: &str) -> anyhow::Result<()> {
-    if super::componentize::is_core_module(bytes) && is_spin1_module(bytes) {
+    if wasmparser::Parser::is_core_wasm(bytes) && is_spin1_module(bytes) {
         adapt(bytes).with_context(|| failure(id))?;
     }
     Ok(())

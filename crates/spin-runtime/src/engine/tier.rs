@@ -78,7 +78,7 @@ pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
     if let Some(e) = ENGINE.get() {
         return Ok(e);
     }
-    let engine = Engine::new(&baseline_config())
+    let engine = Engine::new(&super::config::baseline_config())
         .map_err(anyhow::Error::from)
         .context("cannot create the baseline (Winch) engine")?;
     let mut created = false;
@@ -90,13 +90,6 @@ pub(crate) fn baseline_engine() -> anyhow::Result<&'static Engine> {
         super::config::start_epoch_ticker(engine, "epoch-baseline")?;
     }
     Ok(engine)
-}
-
-/// The runtime's configuration with Winch as the compiler.
-pub(crate) fn baseline_config() -> wasmtime::Config {
-    let mut config = super::config::engine_config();
-    config.strategy(wasmtime::Strategy::Winch);
-    config
 }
 
 /// Puts the calling thread at nice 10, for a background compilation: serving goes first, and

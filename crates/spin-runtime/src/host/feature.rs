@@ -4,13 +4,13 @@
 //! composed from that one list.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use wasmtime::component::{Linker, Resource, ResourceTable};
 
 use super::runtime_config::Source;
-use super::variables::Resolved;
 use super::HostView;
 use crate::app::{App, Component};
 
@@ -175,5 +175,43 @@ impl FeatureTable {
         let value = self.get().delete(handle)?;
         self.counted = self.counted.saturating_sub(1);
         Ok(value)
+    }
+}
+
+/// Where a resolved value came from (for logs; values of secrets are never logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueSource {
+    /// The container env var named like the variable, upper-cased.
+    ContainerEnv,
+    /// `SPIN_VARIABLE_<NAME>`.
+    SpinVariableEnv,
+    /// The manifest default.
+    Default,
+    /// A `[[variables_provider]]` of the runtime config (its index).
+    Provider(usize),
+}
+
+/// A resolved application variable value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The value.
+    pub value: String,
+    /// Where it came from.
+    pub source: ValueSource,
+    /// Whether the variable is secret (its value is redacted in `Debug`).
+    pub secret: bool,
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value: &dyn fmt::Debug = if self.secret {
+            &"<secret>"
+        } else {
+            &self.value
+        };
+        f.debug_struct("Resolved")
+            .field("value", value)
+            .field("source", &self.source)
+            .finish()
     }
 }

@@ -19,25 +19,13 @@ use super::bindings::fermyon::spin::config as spin_config;
 use super::bindings::fermyon::spin2_0_0::variables as spin_variables;
 use super::bindings::wasi::config::store as wasi_config;
 use super::feature::HostFeature;
+pub use super::feature::{Resolved, ValueSource};
 use super::secret_stores::{self, AzureCredential, Remote, Store};
 use super::HostState;
 use crate::app::Variable;
 
 /// Prefix of the environment variables Spin's env provider reads.
 pub const SPIN_VARIABLE_PREFIX: &str = "SPIN_VARIABLE_";
-
-/// Where a resolved value came from (for logs; values of secrets are never logged).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValueSource {
-    /// The container env var named like the variable, upper-cased.
-    ContainerEnv,
-    /// `SPIN_VARIABLE_<NAME>`.
-    SpinVariableEnv,
-    /// The manifest default.
-    Default,
-    /// A `[[variables_provider]]` of the runtime config (its index).
-    Provider(usize),
-}
 
 /// One `[[variables_provider]]` (or Spin 1's `[[config_provider]]`) of the runtime config,
 /// as Spin's `VariableProviderConfiguration` defines them.
@@ -242,31 +230,6 @@ pub fn parse_providers(
         });
     }
     Ok(out)
-}
-
-/// A resolved application variable value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Resolved {
-    /// The value.
-    pub value: String,
-    /// Where it came from.
-    pub source: ValueSource,
-    /// Whether the variable is secret (its value is redacted in `Debug`).
-    pub secret: bool,
-}
-
-impl fmt::Debug for Resolved {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let value: &dyn fmt::Debug = if self.secret {
-            &"<secret>"
-        } else {
-            &self.value
-        };
-        f.debug_struct("Resolved")
-            .field("value", value)
-            .field("source", &self.source)
-            .finish()
-    }
 }
 
 /// Checks a variable or config key the way Spin does: lower-case ASCII letters, digits and
