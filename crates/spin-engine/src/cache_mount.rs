@@ -22,9 +22,9 @@ use anyhow::Context;
 use libcontainer::oci_spec::runtime::{MountBuilder, Spec};
 
 /// Default host directory: the Spin runtime's own default.
-pub use spin_runtime::compile_cache::DEFAULT_DIR;
+pub use spin_runtime::engine::compile_cache::DEFAULT_DIR;
 /// Env var (shim's environment for the host dir; container env inside the container).
-pub use spin_runtime::compile_cache::DIR_ENV;
+pub use spin_runtime::engine::compile_cache::DIR_ENV;
 /// Env var (shim's environment) capping the cache size in bytes.
 pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::COMPILE_CACHE_MAX_BYTES;
 /// Default size cap: 2 GiB.
@@ -88,7 +88,7 @@ pub fn prune(dir: &Path, max: u64) -> anyhow::Result<usize> {
 }
 
 /// Env var (container environment) making the runtime's cache read-only.
-pub use spin_runtime::compile_cache::READONLY_ENV;
+pub use spin_runtime::engine::compile_cache::READONLY_ENV;
 
 /// What a Spin container will run, for [`crate::precompile`].
 #[derive(Debug, Clone)]
@@ -142,12 +142,12 @@ pub type Entry = (String, PathBuf);
 pub async fn precompile(
     source: AppSource,
     dir: PathBuf,
-    tiering: spin_runtime::tier::TieringConfig,
+    tiering: spin_runtime::engine::tier::TieringConfig,
     sandbox: crate::compile_helper::Sandbox,
 ) -> anyhow::Result<crate::precompile::Precompiled> {
     let max = max_bytes()?;
     tokio::task::spawn_blocking(move || {
-        spin_runtime::compile_cache::create_private_dir(&dir)
+        spin_runtime::engine::compile_cache::create_private_dir(&dir)
             .with_context(|| format!("the compile cache (set {DIR_ENV})"))?;
         if let Err(e) = prune(&dir, max) {
             tracing::warn!("compile cache {}: {e:#}", dir.display());

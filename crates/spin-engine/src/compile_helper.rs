@@ -124,7 +124,7 @@ pub enum Job {
         len: u64,
     },
     /// Composes inputs 1.. (middleware, outermost first) in front of input 0 as the
-    /// runtime does (`spin_runtime::middleware::compose`) and writes the composition.
+    /// runtime does (`spin_runtime::engine::middleware::compose`) and writes the composition.
     Compose {
         /// The component id.
         id: String,
@@ -587,7 +587,7 @@ fn read_oom_kills(file: &Path) -> Option<u64> {
 /// A directory only the shim could make, created and removed at once: the helper's root.
 fn empty_root(scratch: &Path) -> anyhow::Result<OwnedFd> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    spin_runtime::compile_cache::create_private_dir(scratch)?;
+    spin_runtime::engine::compile_cache::create_private_dir(scratch)?;
     let path = scratch.join(format!(
         ".tmp-root-{}-{}",
         std::process::id(),
@@ -1102,7 +1102,7 @@ fn worker() -> i32 {
 }
 
 fn work() -> anyhow::Result<u64> {
-    use spin_runtime::compile_cache::{entry_compile_engine, precompile_component};
+    use spin_runtime::engine::compile_cache::{entry_compile_engine, precompile_component};
     let mut request = Vec::new();
     std::io::stdin()
         .take(MAX_REQUEST)
@@ -1130,12 +1130,12 @@ fn work() -> anyhow::Result<u64> {
                 let bytes = read_input(i + 1, m.len)?;
                 let inherit = m
                     .inherit
-                    .map_or(spin_runtime::middleware::Inherit::All, |keys| {
-                        spin_runtime::middleware::Inherit::Some(keys)
+                    .map_or(spin_runtime::engine::middleware::Inherit::All, |keys| {
+                        spin_runtime::engine::middleware::Inherit::Some(keys)
                     });
                 parts.push((m.name, inherit, bytes));
             }
-            spin_runtime::middleware::compose(&id, &primary, &parts)?
+            spin_runtime::engine::middleware::compose(&id, &primary, &parts)?
         }
         Job::Unpack(job) => crate::artifact::unpack_in_helper(job)?,
     };

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use async_trait::async_trait;
 use spin_runtime::app::{Content, ContentRef};
-use spin_runtime::tier::TieringConfig;
+use spin_runtime::engine::tier::TieringConfig;
 use spin_runtime::App;
 use wasm_shim_core::confine::Confinement;
 use wasm_shim_core::confined::Dir;
@@ -175,8 +175,8 @@ impl Engine for SpinEngine {
     }
 }
 
-/// When a component starts on baseline code: [`spin_runtime::tier::TIERING_ENV`] and
-/// [`spin_runtime::tier::MIN_BYTES_ENV`] each from the container's environment where it sets
+/// When a component starts on baseline code: [`spin_runtime::engine::tier::TIERING_ENV`] and
+/// [`spin_runtime::engine::tier::MIN_BYTES_ENV`] each from the container's environment where it sets
 /// them, else the shim's ([`spin_shim_settings::container::precompile_tiering`]).
 fn tiering(spec: &libcontainer::oci_spec::runtime::Spec) -> anyhow::Result<TieringConfig> {
     let env: Vec<(String, String)> = spec

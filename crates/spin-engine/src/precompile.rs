@@ -25,9 +25,9 @@ use spin_runtime::engine::compile_cache::{
     Reservation,
 };
 use spin_runtime::engine::componentize::is_core_module;
+use spin_runtime::engine::middleware::Inherit;
 use spin_runtime::engine::plan::{self, CompilePlan};
 use spin_runtime::engine::tier::TieringConfig;
-use spin_runtime::middleware::Inherit;
 use spin_runtime::App;
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::content::digest_hex;

@@ -30,14 +30,6 @@ mod state;
 pub mod trigger;
 pub mod wasi_rc;
 
-// Engine and compilation under their paths from before they moved into `engine/`.
-pub use engine::{compile_cache, componentize, middleware, tier};
-
-// The HTTP server's modules under their paths from before they moved into `server/`.
-pub use server::{chain, inbound_tls, routing, wagi};
-#[allow(unused_imports)]
-pub(crate) use server::{h2c, reuse, whole_body};
-
 use std::future::Future;
 
 use anyhow::Context;

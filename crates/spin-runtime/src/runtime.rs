@@ -30,7 +30,7 @@ pub use crate::engine::{
 };
 use crate::host::{self, HostState};
 use crate::limits::{Limits, MemoryLimiter, TimeSlice};
-use crate::routing::Router;
+use crate::server::routing::Router;
 use crate::{HostContext, InstanceState};
 
 /// Env var: listen address of the HTTP trigger.
@@ -66,8 +66,8 @@ pub struct RuntimeConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// When a component the compile cache misses starts on baseline code ([`crate::engine::tier`]).
     pub tiering: TieringConfig,
-    /// Inbound TLS ([`crate::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
-    pub tls: Option<crate::inbound_tls::InboundTls>,
+    /// Inbound TLS ([`crate::server::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
+    pub tls: Option<crate::server::inbound_tls::InboundTls>,
 }
 
 impl RuntimeConfig {
@@ -113,7 +113,7 @@ impl RuntimeConfig {
             }
         };
         Ok(RuntimeConfig {
-            tls: crate::inbound_tls::InboundTls::from_settings(settings.tls.as_ref())?,
+            tls: crate::server::inbound_tls::InboundTls::from_settings(settings.tls.as_ref())?,
             metrics_addr: settings.metrics_addr,
             tiering: TieringConfig::from_settings(settings.tiering()),
             listen: settings.listen,
@@ -143,8 +143,8 @@ pub(crate) enum HttpPre {
     P3(ServicePre<InstanceState>),
     /// `fermyon:spin/inbound-http` (Spin 1.x modules, adapted by [`crate::spin1`]).
     Spin1(crate::spin1::http::InboundHttpPre),
-    /// A WASI command a WAGI trigger runs per request ([`crate::wagi`]).
-    Wagi(crate::wagi::WagiPre),
+    /// A WASI command a WAGI trigger runs per request ([`crate::server::wagi`]).
+    Wagi(crate::server::wagi::WagiPre),
 }
 
 /// The standard streams of a store.
@@ -172,8 +172,8 @@ pub(crate) struct PreparedComponent {
     /// (host dir, guest path), mounted read-only.
     preopens: Preopens,
     host: HostState,
-    /// The reused instances of a WASIp3 HTTP component ([`crate::reuse`]).
-    p3_instances: std::sync::OnceLock<crate::reuse::P3Handler>,
+    /// The reused instances of a WASIp3 HTTP component ([`crate::server::reuse`]).
+    p3_instances: std::sync::OnceLock<crate::server::reuse::P3Handler>,
 }
 
 impl PreparedComponent {
@@ -281,7 +281,7 @@ pub struct LoadedApp {
     /// What loading did.
     pub stats: LoadStats,
     /// Where components reach their own app (service chaining, self requests).
-    pub(crate) chain: Arc<crate::chain::ChainSlot>,
+    pub(crate) chain: Arc<crate::server::chain::ChainSlot>,
     /// The host features' per-app state (resolved variables, stores, policies).
     pub(crate) host: host::AppHost,
     /// Prometheus metrics, when [`crate::metrics::METRICS_ADDR_ENV`] is set.
@@ -319,7 +319,7 @@ impl LoadedApp {
         let mut pending = Vec::new();
 
         let mut stats = LoadStats::default();
-        let chain = Arc::new(crate::chain::ChainSlot::default());
+        let chain = Arc::new(crate::server::chain::ChainSlot::default());
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
@@ -511,14 +511,14 @@ impl LoadedApp {
     }
 
     /// The instances serving WASIp3 component `component`'s requests, created on its first
-    /// request ([`crate::reuse`]).
+    /// request ([`crate::server::reuse`]).
     pub(crate) fn p3_instances(
         &self,
         component: &Arc<PreparedComponent>,
         pre: &wasmtime_wasi_http::p3::bindings::ServicePre<InstanceState>,
-    ) -> crate::reuse::P3Handler {
+    ) -> crate::server::reuse::P3Handler {
         let handler = component.p3_instances.get_or_init(|| {
-            crate::reuse::handler(
+            crate::server::reuse::handler(
                 component,
                 pre.clone(),
                 self.max_instance_memory,
@@ -588,7 +588,7 @@ fn link(
         check_exports(engine, wasm, id)?;
     }
     if middleware {
-        crate::middleware::define_denied(linker, engine, wasm)?;
+        crate::engine::middleware::define_denied(linker, engine, wasm)?;
     }
     let instance_pre = linker
         .instantiate_pre(wasm)
@@ -598,7 +598,7 @@ fn link(
         })?;
     let pre = match http {
         Some(HttpUse::Handler) => Some(http_pre(&instance_pre, id)?),
-        Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(crate::wagi::prepare(
+        Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(crate::server::wagi::prepare(
             &instance_pre,
             id,
             config.clone(),

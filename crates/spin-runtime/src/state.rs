@@ -11,7 +11,7 @@ pub use crate::host::HostContext;
 use crate::host::{self, HostState, HostView};
 
 /// The data of one `Store`: one component instance serving one request (or, for a reused
-/// WASIp3 instance, several: [`crate::reuse`]).
+/// WASIp3 instance, several: [`crate::server::reuse`]).
 pub struct InstanceState {
     /// WASI context (env, preopened files, stdio).
     pub wasi: WasiCtx,
@@ -76,7 +76,7 @@ impl WasiHttpHooks for HostState {
         let mut request = request;
         let span = outbound_span(&mut request, self);
         let verdict = host::check_outbound(self, request.uri());
-        if let Some(target) = crate::chain::chaining_target(request.uri()) {
+        if let Some(target) = crate::server::chain::chaining_target(request.uri()) {
             let chain = self.chain.clone();
             return Box::new(
                 async move {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spin_runtime::app::{App, Component, Content, HttpTrigger, Route};
-use spin_runtime::compile_cache::{CompileCache, Outcome};
+use spin_runtime::engine::compile_cache::{CompileCache, Outcome};
 use spin_runtime::{HostContext, LoadedApp, RuntimeConfig};
 
 fn guest_wasm(name: &str) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! Tiered compilation on a first start (`spin_runtime::tier`): a component the compile
+//! Tiered compilation on a first start (`spin_runtime::engine::tier`): a component the compile
 //! cache misses serves on Winch's code at once, Cranelift's code replaces it in the
 //! background and lands in the cache, and the next start loads it from there.
 

@@ -227,7 +227,7 @@ pub fn rss_mib(pid: u32) -> u64 {
 
 /// The entry a tiered start's Cranelift code goes to, read off the name of the file the shim
 /// reserved for it in the compile cache (`.tmp-reserved-<pid>-<seq>-<entry>`, see
-/// `spin_runtime::compile_cache`); `None` for any other file name.
+/// `spin_runtime::engine::compile_cache`); `None` for any other file name.
 pub fn reserved_entry(file_name: &str) -> Option<&str> {
     file_name
         .strip_prefix(".tmp-reserved-")?

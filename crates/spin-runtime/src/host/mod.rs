@@ -447,10 +447,10 @@ pub struct HostState {
     component: Arc<ComponentHost>,
     /// Every host feature's state in this instance ([`host_features!`]).
     pub features: Features,
-    /// The app itself, for service chaining and self requests ([`crate::chain`]).
-    pub(crate) chain: Arc<crate::chain::ChainSlot>,
+    /// The app itself, for service chaining and self requests ([`crate::server::chain`]).
+    pub(crate) chain: Arc<crate::server::chain::ChainSlot>,
     /// The trace context of the request a reused WASIp3 instance most recently took
-    /// ([`crate::reuse`]) when traces are exported: such an instance runs in a task of its
+    /// ([`crate::server::reuse`]) when traces are exported: such an instance runs in a task of its
     /// own, outside the request's span, so its host calls' spans take this parent.
     pub(crate) request_trace: Option<otel_export::ParentContext>,
 }
