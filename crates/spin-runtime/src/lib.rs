@@ -72,11 +72,21 @@ pub fn quiet_library_backtraces() {
 }
 
 /// A future completing on the first SIGTERM or SIGINT. Installing the handlers matters
-/// in a container: PID 1 ignores SIGTERM without one.
+/// in a container: PID 1 ignores SIGTERM without one. Once they are installed, the signals
+/// are unblocked on the calling thread: the shim's executor holds them blocked from the
+/// container's start, so one sent before this point is delivered now instead of lost.
 pub fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    // SAFETY: a local, initialised signal set; pthread_sigmask changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
     Ok(async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received"),

@@ -170,6 +170,8 @@ impl Executor for ShimExecutor {
         let code = match workload {
             Workload::Native => return DefaultExecutor {}.exec(spec),
             Workload::Engine(i) => {
+                // Until the engine's handlers are in place (each engine releases them).
+                crate::termination::hold_termination_signals();
                 open_termination_log(spec);
                 // Checked at Create already (`validate`); kept for this process.
                 if let Err(e) = spin_shim_settings::container::ContainerSettings::init(&env) {

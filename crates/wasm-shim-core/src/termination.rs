@@ -130,8 +130,34 @@ pub fn report_start_failure(msg: &str) {
     }
 }
 
+/// Holds SIGTERM and SIGINT pending (blocked on the calling thread, and on every thread it
+/// starts) until the engine has installed its handlers, which release them. PID 1 of a pid
+/// namespace discards a signal it has no handler for when the signal arrives, so a `kill`
+/// right after the task started (before the runtime installed its handler) was lost and the
+/// container ran until SIGKILL; blocked, it waits for the handler instead.
+pub fn hold_termination_signals() {
+    set_termination_mask(libc::SIG_BLOCK);
+}
+
+/// Delivers a SIGTERM or SIGINT held by [`hold_termination_signals`] to the handlers now
+/// installed (unblocks them on the calling thread).
+pub fn release_termination_signals() {
+    set_termination_mask(libc::SIG_UNBLOCK);
+}
+
+fn set_termination_mask(how: libc::c_int) {
+    // SAFETY: a local, initialised signal set; pthread_sigmask changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 /// Makes SIGTERM and SIGINT end the process with 128+signal: PID 1 of a pid namespace
-/// ignores signals it has no handler for.
+/// ignores signals it has no handler for. A signal held until now is delivered.
 pub fn install_termination_handlers() {
     extern "C" fn on_signal(sig: libc::c_int) {
         // SAFETY: _exit is async-signal-safe.
@@ -143,4 +169,5 @@ pub fn install_termination_handlers() {
             libc::signal(sig, on_signal as *const () as libc::sighandler_t);
         }
     }
+    release_termination_signals();
 }
