@@ -72,13 +72,17 @@ impl HoldingProxy {
 fn pump_commands(mut from: TcpStream, mut to: TcpStream, seen: &(Mutex<Seen>, Condvar)) {
     let mut buf = [0u8; 16 * 1024];
     while let Ok(n) = from.read(&mut buf) {
-        if n == 0 || to.write_all(&buf[..n]).is_err() {
+        if n == 0 {
             break;
         }
+        // Counted before it leaves: its reply must find it counted.
         let gets = gets_in(&buf[..n]);
         if gets > 0 {
             seen.0.lock().unwrap().gets += gets;
             seen.1.notify_all();
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
         }
     }
     let _ = to.shutdown(Shutdown::Write);

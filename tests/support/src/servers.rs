@@ -683,14 +683,28 @@ impl NatsText {
                 continue;
             }
             let len = match fields.first() {
-                Some(&"MSG") => fields.last().and_then(|n| n.parse::<usize>().ok()),
+                Some(&"MSG") | Some(&"HMSG") => fields.last().and_then(|n| n.parse::<usize>().ok()),
                 _ => None,
             };
             if let Some(len) = len {
                 let mut body = vec![0; len + 2];
                 self.reader.read_exact(&mut body)?;
                 body.truncate(len);
-                return Ok(String::from_utf8_lossy(&body).into_owned());
+                let body = String::from_utf8_lossy(&body).into_owned();
+                if fields.first() == Some(&"HMSG") {
+                    // A status-only message: `NATS/1.0 503` when no one serves the subject
+                    // yet (JetStream's API right after the server started).
+                    let header_len = fields[fields.len() - 2].parse::<usize>().unwrap_or(0);
+                    let (headers, payload) = body.split_at(header_len.min(body.len()));
+                    if headers.starts_with("NATS/1.0 503") {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            "nats-server: no responders",
+                        ));
+                    }
+                    return Ok(payload.to_string());
+                }
+                return Ok(body);
             }
         }
     }
@@ -712,14 +726,27 @@ impl ServerProcess {
     /// reply's payload (within 10 s): JetStream's API (`$JS.API.STREAM.CREATE.<stream>`,
     /// `$JS.API.CONSUMER.INFO.<stream>.<consumer>`) and JetStream publishing (the reply is
     /// the stored message's ack).
+    /// A subject no one serves yet (JetStream's API while the server starts) is asked again
+    /// until it is served (30 s).
     pub fn nats_request(&self, subject: &str, payload: &str) -> std::io::Result<String> {
-        let mut c = NatsText::connect(self.addr())?;
-        let inbox = format!("_INBOX.test.{}", std::process::id());
-        c.send_and_sync(&format!(
-            "SUB {inbox} 1\r\nPUB {subject} {inbox} {}\r\n{payload}\r\n",
-            payload.len()
-        ))?;
-        c.reply()
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut c = NatsText::connect(self.addr())?;
+            let inbox = format!("_INBOX.test.{}", std::process::id());
+            c.send_and_sync(&format!(
+                "SUB {inbox} 1\r\nPUB {subject} {inbox} {}\r\n{payload}\r\n",
+                payload.len()
+            ))?;
+            match c.reply() {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotConnected
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Publishes `payloads` to a JetStream stream's `subject` of this server, each stored
