@@ -12,7 +12,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${1:-${CARGO_TARGET_DIR:-$root/target}}"
-[ -d "$target" ] || exit 0
+# Nothing built there yet (a fresh machine, where cargo may not even be installed yet).
+[ -d "$target/release" ] || [ -d "$target/lint/release" ] || [ -d "$target/static" ] || exit 0
+command -v cargo >/dev/null || { echo "prune-target: no cargo on PATH, nothing pruned" >&2; exit 0; }
 cd "$root"
 
 mapfile -t packages < <(cargo metadata --no-deps --format-version 1 |
