@@ -121,20 +121,7 @@ fn checks(addr: SocketAddr, collector: &Collector) -> Result<String> {
         otlp::latest(p, "guest.requests", &[("guest.attr", "yes")]).is_some_and(|n| n >= 1)
     });
     let h = collector.wait_for_histograms("the per-component histograms", |h| {
-        [
-            "spin.component_cpu_time",
-            "spin.component_memory_used_on_init",
-            "spin.component_memory_used",
-        ]
-        .iter()
-        .all(|n| {
-            h.iter().any(|p| {
-                p.metric == *n
-                    && p.attr("component_id") == Some("otel")
-                    && p.service == SERVICE
-                    && p.count >= 1
-            })
-        })
+        otlp::has_component_histograms(h, "otel", SERVICE)
     });
     let cpu = h
         .iter()

@@ -254,20 +254,7 @@ fn guest_telemetry() -> Result<()> {
         otlp::latest(p, "guest.requests", &[("guest.attr", "yes")]) == Some(1)
     });
     let h = collector.wait_for_histograms("the per-component histograms", |h| {
-        [
-            "spin.component_cpu_time",
-            "spin.component_memory_used_on_init",
-            "spin.component_memory_used",
-        ]
-        .iter()
-        .all(|n| {
-            h.iter().any(|p| {
-                p.metric == *n
-                    && p.attr("component_id") == Some("otel")
-                    && p.count >= 1
-                    && p.service == "otel-guest-app"
-            })
-        })
+        otlp::has_component_histograms(h, "otel", "otel-guest-app")
     });
     let on_init = h
         .iter()

@@ -590,6 +590,27 @@ impl Collector {
     }
 }
 
+/// Spin 3.6's per-component histograms (one observation per instance, or per request of a
+/// reused WASIp3 instance).
+pub const COMPONENT_HISTOGRAMS: [&str; 3] = [
+    "spin.component_cpu_time",
+    "spin.component_memory_used_on_init",
+    "spin.component_memory_used",
+];
+
+/// Whether `h` holds an observation of each of [`COMPONENT_HISTOGRAMS`] for component
+/// `component` of service `service`.
+pub fn has_component_histograms(h: &[HistogramPoint], component: &str, service: &str) -> bool {
+    COMPONENT_HISTOGRAMS.iter().all(|n| {
+        h.iter().any(|p| {
+            p.metric == *n
+                && p.attr("component_id") == Some(component)
+                && p.service == service
+                && p.count >= 1
+        })
+    })
+}
+
 /// The latest cumulative value among `points` of counter `metric` with `attrs`.
 pub fn latest(points: &[Point], metric: &str, attrs: &[(&str, &str)]) -> Option<i64> {
     points
