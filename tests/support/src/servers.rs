@@ -664,6 +664,7 @@ impl NatsText {
     }
 
     /// Sends `text` and a PING; returns once the server's PONG says it processed them.
+    /// Whatever the server sends before the PONG is dropped.
     fn send_and_sync(&mut self, text: &str) -> std::io::Result<()> {
         use std::io::Write;
         self.writer
@@ -679,7 +680,7 @@ impl NatsText {
             let line = self.line()?;
             let fields: Vec<&str> = line.split_whitespace().collect();
             if line.starts_with("PING") {
-                self.send_and_sync("PONG\r\n")?;
+                std::io::Write::write_all(&mut self.writer, b"PONG\r\n")?;
                 continue;
             }
             let len = match fields.first() {
@@ -731,12 +732,16 @@ impl ServerProcess {
     pub fn nats_request(&self, subject: &str, payload: &str) -> std::io::Result<String> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
+            use std::io::Write;
             let mut c = NatsText::connect(self.addr())?;
             let inbox = format!("_INBOX.test.{}", std::process::id());
-            c.send_and_sync(&format!(
-                "SUB {inbox} 1\r\nPUB {subject} {inbox} {}\r\n{payload}\r\n",
-                payload.len()
-            ))?;
+            // The subscription is in place before the request goes out; the request is not
+            // followed by a PING, since the reply can come before a PONG and waiting for the
+            // PONG would skip it.
+            c.send_and_sync(&format!("SUB {inbox} 1\r\n"))?;
+            c.writer.write_all(
+                format!("PUB {subject} {inbox} {}\r\n{payload}\r\n", payload.len()).as_bytes(),
+            )?;
             match c.reply() {
                 Err(e)
                     if e.kind() == std::io::ErrorKind::NotConnected
