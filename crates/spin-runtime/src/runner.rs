@@ -9,9 +9,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use spin_shim_settings::container::ContainerSettings;
 
+use crate::app::App;
 use crate::confinement::Confinement;
 use crate::runtime::{self, LoadedApp, RuntimeConfig};
-use crate::{app, limits, metrics, trigger, App};
+use crate::{app, limits, metrics, trigger};
 
 /// What the shim's container runtime adds to a [`Runner`] ([`Runner::in_container`]).
 #[derive(Debug, Clone)]
@@ -123,7 +124,7 @@ impl Runner {
         if self.container.is_some() {
             return self.run_in_container();
         }
-        crate::init_tracing(&self.env);
+        crate::process::init_tracing(&self.env);
         let (app, config, args, on_ready) = self.unconfined()?;
         serve_in_runtime(app, &config, &args, None, None, on_ready)
     }
@@ -132,7 +133,7 @@ impl Runner {
     /// from the environment), to run unconfined.
     fn unconfined(mut self) -> anyhow::Result<(App, RuntimeConfig, Vec<String>, Option<OnReady>)> {
         let settings = ContainerSettings::from_env(&self.env)?;
-        crate::apply_deployment_env(&mut self.app, &settings)?;
+        crate::process::apply_deployment_env(&mut self.app, &settings)?;
         let config = match self.config {
             Some(c) => c,
             None => RuntimeConfig::from_settings(
@@ -164,7 +165,7 @@ impl Runner {
             );
         }
         let settings = ContainerSettings::from_env(&env)?;
-        crate::apply_deployment_env(&mut app, &settings)?;
+        crate::process::apply_deployment_env(&mut app, &settings)?;
         let memory_limit = limits::effective_memory_limit(
             limits::container_memory_limit(),
             container.spec_memory_limit,
@@ -184,7 +185,7 @@ impl Runner {
             .confinement
             .confine()
             .context("confining the runtime process before the app runs")?;
-        crate::init_tracing(&env);
+        crate::process::init_tracing(&env);
         serve_in_runtime(app, &config, &args, listener, workers, on_ready)
     }
 
@@ -282,11 +283,11 @@ fn serve_in_runtime(
     let runtime = builder
         .enable_all()
         .thread_name("spin-worker")
-        .on_thread_start(crate::enter_tracing)
+        .on_thread_start(crate::process::enter_tracing)
         .build()
         .context("cannot start the tokio runtime")?;
     let code = runtime.block_on(async move {
-        let shutdown = crate::shutdown_signal()?;
+        let shutdown = crate::process::shutdown_signal()?;
         run_triggers(
             app,
             config,

@@ -2,10 +2,11 @@
 //! (through the compile cache) and pre-instantiated; a fresh instance per request.
 
 use crate::app_log::AppOutput;
+use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use wasmtime::component::{Component as WasmComponent, InstancePre, Linker, ResourceTable};
 use wasmtime::{Engine, Store, UpdateDeadline};
+use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p3::bindings::ServicePre;
@@ -20,6 +22,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 
 use spin_shim_settings::container::ContainerSettings;
 
+use crate::app::http_trigger::WagiConfig;
 use crate::app::{App, Component, FileMount};
 use crate::engine::compile_cache::{entry_state, CompileCache, EntryState, Outcome};
 use crate::engine::plan::{CompilePlan, HttpUse, Unit};
@@ -29,9 +32,10 @@ pub use crate::engine::{
     create_engine, engine, engine_with_memory_cap, PoolResidency, POOLING_ENV,
 };
 use crate::host::{self, HostState};
+use crate::inbound_tls::InboundTls;
 use crate::limits::{Limits, MemoryLimiter, TimeSlice};
-use crate::server::routing::Router;
-use crate::{HostContext, InstanceState};
+use crate::routing::Router;
+use crate::state::{HostContext, InstanceState};
 
 /// Env var: listen address of the HTTP trigger.
 pub const LISTEN_ENV: &str = spin_shim_settings::container::HTTP_LISTEN_ADDR;
@@ -66,8 +70,8 @@ pub struct RuntimeConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// When a component the compile cache misses starts on baseline code ([`crate::engine::tier`]).
     pub tiering: TieringConfig,
-    /// Inbound TLS ([`crate::server::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
-    pub tls: Option<crate::server::inbound_tls::InboundTls>,
+    /// Inbound TLS ([`crate::inbound_tls::TLS_CERT_ENV`]); `None`: plain HTTP.
+    pub tls: Option<InboundTls>,
 }
 
 impl RuntimeConfig {
@@ -113,7 +117,7 @@ impl RuntimeConfig {
             }
         };
         Ok(RuntimeConfig {
-            tls: crate::server::inbound_tls::InboundTls::from_settings(settings.tls.as_ref())?,
+            tls: InboundTls::from_settings(settings.tls.as_ref())?,
             metrics_addr: settings.metrics_addr,
             tiering: TieringConfig::from_settings(settings.tiering()),
             listen: settings.listen,
@@ -143,8 +147,33 @@ pub(crate) enum HttpPre {
     P3(ServicePre<InstanceState>),
     /// `fermyon:spin/inbound-http` (Spin 1.x modules, adapted by [`crate::spin1`]).
     Spin1(crate::spin1::http::InboundHttpPre),
-    /// A WASI command a WAGI trigger runs per request ([`crate::server::wagi`]).
-    Wagi(crate::server::wagi::WagiPre),
+    /// A WASI command a WAGI trigger runs per request.
+    Wagi(WagiPre),
+}
+
+/// A component a WAGI trigger runs: its `wasi:cli/run` and its trigger's settings.
+#[derive(Clone)]
+pub(crate) struct WagiPre {
+    pub(crate) command: CommandPre<InstanceState>,
+    pub(crate) config: Arc<WagiConfig>,
+}
+
+impl WagiPre {
+    /// A component a WAGI trigger runs must be a WASI command.
+    fn new(
+        instance_pre: &InstancePre<InstanceState>,
+        id: &str,
+        config: Arc<WagiConfig>,
+    ) -> anyhow::Result<WagiPre> {
+        let command = CommandPre::new(instance_pre.clone()).map_err(|e| {
+            anyhow!(
+                "component `{id}` is run by a WAGI trigger (`executor = {{ type = \"wagi\" }}`) \
+                 but is not a WASI command (no wasi:cli/run export: build a `fn main` program \
+                 for wasm32-wasip1 or wasm32-wasip2): {e:#}"
+            )
+        })?;
+        Ok(WagiPre { command, config })
+    }
 }
 
 /// The standard streams of a store.
@@ -172,8 +201,10 @@ pub(crate) struct PreparedComponent {
     /// (host dir, guest path), mounted read-only.
     preopens: Preopens,
     host: HostState,
-    /// The reused instances of a WASIp3 HTTP component ([`crate::server::reuse`]).
-    p3_instances: std::sync::OnceLock<crate::server::reuse::P3Handler>,
+    /// What the HTTP server keeps beside this code of the component (the dispatcher of a
+    /// WASIp3 component's reused instances): made at its first request, dropped with this
+    /// code, so instances of code that tiered compilation replaced end once idle.
+    pub(crate) server_state: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl PreparedComponent {
@@ -229,23 +260,33 @@ impl PreparedComponent {
         // A busy guest yields to the executor once its time slice is used up, so it never
         // holds a worker thread for long; the request deadline is enforced around the call
         // (server.rs), at those yields.
-        let slice = Arc::clone(&store.data().slice);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if !slice.used_up() {
-                return Ok(UpdateDeadline::Continue(1));
-            }
-            let slice = Arc::clone(&slice);
-            Ok(UpdateDeadline::YieldCustom(
-                1,
-                Box::pin(async move {
-                    tokio::task::yield_now().await;
-                    slice.restart();
-                }),
-            ))
-        });
+        yield_at_slice_end(&mut store, || {});
         Ok(store)
     }
+}
+
+/// Sets `store`'s epoch callback: once the guest has used up its time slice it yields to
+/// the executor, and on resuming starts a new slice and calls `resumed`.
+pub(crate) fn yield_at_slice_end(
+    store: &mut Store<InstanceState>,
+    resumed: impl Fn() + Clone + Send + Sync + 'static,
+) {
+    let slice = Arc::clone(&store.data().slice);
+    store.epoch_deadline_callback(move |_| {
+        if !slice.used_up() {
+            return Ok(UpdateDeadline::Continue(1));
+        }
+        let (slice, resumed) = (Arc::clone(&slice), resumed.clone());
+        Ok(UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(async move {
+                tokio::task::yield_now().await;
+                slice.restart();
+                resumed();
+            }),
+        ))
+    });
 }
 
 /// What loading did, for logs and tests.
@@ -281,7 +322,7 @@ pub struct LoadedApp {
     /// What loading did.
     pub stats: LoadStats,
     /// Where components reach their own app (service chaining, self requests).
-    pub(crate) chain: Arc<crate::server::chain::ChainSlot>,
+    pub(crate) chain: Arc<host::outbound::ChainSlot>,
     /// The host features' per-app state (resolved variables, stores, policies).
     pub(crate) host: host::AppHost,
     /// Prometheus metrics, when [`crate::metrics::METRICS_ADDR_ENV`] is set.
@@ -319,7 +360,7 @@ impl LoadedApp {
         let mut pending = Vec::new();
 
         let mut stats = LoadStats::default();
-        let chain = Arc::new(crate::server::chain::ChainSlot::default());
+        let chain = Arc::new(host::outbound::ChainSlot::default());
         let mut compiled: HashMap<String, WasmComponent> = HashMap::new();
         let mut components = HashMap::new();
         let mut staging = Vec::new();
@@ -388,7 +429,7 @@ impl LoadedApp {
                         .collect(),
                     preopens,
                     host,
-                    p3_instances: Default::default(),
+                    server_state: Default::default(),
                 }),
             );
         }
@@ -459,7 +500,7 @@ impl LoadedApp {
             preopens: old.preopens.clone(),
             host: old.host.clone(),
             // Instances of the old code finish what they took and expire when idle.
-            p3_instances: Default::default(),
+            server_state: Default::default(),
         }));
         Ok(())
     }
@@ -510,23 +551,9 @@ impl LoadedApp {
         component.new_store(self.max_instance_memory, args, stdio)
     }
 
-    /// The instances serving WASIp3 component `component`'s requests, created on its first
-    /// request ([`crate::server::reuse`]).
-    pub(crate) fn p3_instances(
-        &self,
-        component: &Arc<PreparedComponent>,
-        pre: &wasmtime_wasi_http::p3::bindings::ServicePre<InstanceState>,
-    ) -> crate::server::reuse::P3Handler {
-        let handler = component.p3_instances.get_or_init(|| {
-            crate::server::reuse::handler(
-                component,
-                pre.clone(),
-                self.max_instance_memory,
-                &self.limits,
-                self.metrics.clone(),
-            )
-        });
-        handler.clone()
+    /// The cap on one instance's linear memories.
+    pub(crate) fn max_instance_memory(&self) -> Option<usize> {
+        self.max_instance_memory
     }
 
     /// The pre-instantiated HTTP handler of a component an HTTP trigger routes to.
@@ -598,7 +625,7 @@ fn link(
         })?;
     let pre = match http {
         Some(HttpUse::Handler) => Some(http_pre(&instance_pre, id)?),
-        Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(crate::server::wagi::prepare(
+        Some(HttpUse::Wagi(config)) => Some(HttpPre::Wagi(WagiPre::new(
             &instance_pre,
             id,
             config.clone(),
@@ -678,7 +705,7 @@ fn prepare_files(
                 } else {
                     destination
                 };
-                let views = match crate::confinement() {
+                let views = match crate::confinement::confinement() {
                     Some(c) => c.files_view(source).with_context(|| {
                         format!(
                             "component `{}`: files source {} (mounted at {guest})",
@@ -737,7 +764,9 @@ fn prepare_files(
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                if let (Some(c), crate::app::Content::Path(p)) = (crate::confinement(), content) {
+                if let (Some(c), crate::app::Content::Path(p)) =
+                    (crate::confinement::confinement(), content)
+                {
                     c.check_file(p).with_context(|| {
                         format!("component `{}`: file `{destination}`", component.id)
                     })?;

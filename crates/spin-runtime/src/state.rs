@@ -76,7 +76,7 @@ impl WasiHttpHooks for HostState {
         let mut request = request;
         let span = outbound_span(&mut request, self);
         let verdict = host::check_outbound(self, request.uri());
-        if let Some(target) = crate::server::chain::chaining_target(request.uri()) {
+        if let Some(target) = host::outbound::chaining_target(request.uri()) {
             let chain = self.chain.clone();
             return Box::new(
                 async move {

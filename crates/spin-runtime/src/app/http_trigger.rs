@@ -1,6 +1,6 @@
 //! The HTTP side of the app model: an HTTP trigger as the app declares it (its route, its
 //! static response, its WAGI settings), the middleware a component lists, and the syntax of
-//! routes. The server's route matcher ([`crate::server::routing`]), the WAGI executor and the
+//! routes. The route matcher ([`crate::routing`]), the WAGI executor and the
 //! middleware composer read these; they live here so the model does not import the server.
 
 use std::sync::Arc;

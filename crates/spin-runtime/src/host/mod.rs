@@ -211,11 +211,11 @@ pub const RUNTIME_CONFIG_FILE: &str = "runtime-config.toml";
 
 /// Environment variable (in [`HostContext::env`]) that moves the state directory, where the
 /// default key-value store lives. Default: `<app dir>/.spin`.
-pub const STATE_DIR_ENV: &str = "SPIN_STATE_DIR";
+pub const STATE_DIR_ENV: &str = spin_shim_settings::container::STATE_DIR;
 
 /// Environment variable (in [`HostContext::env`]) naming the runtime config file.
 /// Default: `<app dir>/runtime-config.toml` when it exists.
-pub const RUNTIME_CONFIG_ENV: &str = "SPIN_RUNTIME_CONFIG_FILE";
+pub const RUNTIME_CONFIG_ENV: &str = spin_shim_settings::container::RUNTIME_CONFIG_FILE;
 
 /// Declares the host features from one list of `field: Feature` ([`HostFeature`]) pairs:
 /// [`RuntimeConfig`] (one typed field per feature), [`FeatureApps`] (per app) and
@@ -447,8 +447,8 @@ pub struct HostState {
     component: Arc<ComponentHost>,
     /// Every host feature's state in this instance ([`host_features!`]).
     pub features: Features,
-    /// The app itself, for service chaining and self requests ([`crate::server::chain`]).
-    pub(crate) chain: Arc<crate::server::chain::ChainSlot>,
+    /// The app itself, for service chaining and self requests ([`outbound::ChainSlot`]).
+    pub(crate) chain: Arc<outbound::ChainSlot>,
     /// The trace context of the request a reused WASIp3 instance most recently took
     /// ([`crate::server::reuse`]) when traces are exported: such an instance runs in a task of its
     /// own, outside the request's span, so its host calls' spans take this parent.

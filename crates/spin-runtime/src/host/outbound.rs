@@ -11,10 +11,17 @@
 //!   one needs an explicit port.
 //!
 //! `{{ variable }}` templates are expanded with the app variables before parsing.
+//!
+//! Requests to the app itself leave through [`ChainSlot`]: service chaining
+//! (`http://<component>.spin.internal/...`, [`chaining_target`]) goes in-process to the
+//! serving app, a self request ([`is_self_request`]) to its own listener.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
+use std::sync::{Arc, OnceLock, Weak};
+
+use wasmtime_wasi_http::WasiBody;
 
 /// The well-known port of a scheme, used when a pattern or a URL gives none.
 pub fn well_known_port(scheme: &str) -> Option<u16> {
@@ -531,6 +538,124 @@ pub fn is_self_request(uri: &http::Uri) -> bool {
     }
 }
 
+/// The service-chaining domain.
+pub const SERVICE_CHAINING_DOMAIN: &str = "spin.internal";
+
+/// The component a URL chains to: `<id>` of host `<id>.spin.internal` (any port).
+pub fn chaining_target(uri: &http::Uri) -> Option<String> {
+    let host = uri.authority().map(|a| a.host().trim())?;
+    let (first, rest) = host.split_once('.')?;
+    (rest.eq_ignore_ascii_case(SERVICE_CHAINING_DOMAIN) && !first.is_empty())
+        .then(|| first.to_string())
+}
+
+/// The answer to a service-chaining request: the callee's response, or why there is none.
+pub type ChainedResponse<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<http::Response<WasiBody>, wasmtime_wasi_http::Error>,
+            > + Send
+            + 'a,
+    >,
+>;
+
+/// The app as its components' service-chaining requests reach it, in-process: the HTTP
+/// server's loaded app, bound to a [`ChainSlot`] when it starts serving.
+pub trait LocalApp: Send + Sync {
+    /// Sends `req` (its chaining host and transport headers already removed) to this app's
+    /// HTTP component `target`, private routes included.
+    fn call_component<'a>(
+        &'a self,
+        target: &'a str,
+        req: http::Request<WasiBody>,
+    ) -> ChainedResponse<'a>;
+}
+
+/// Where an app's components send requests to their own app: the serving app (for
+/// service chaining) and its listener (for self requests), set when the app starts serving.
+#[derive(Default)]
+pub struct ChainSlot {
+    app: OnceLock<Weak<dyn LocalApp>>,
+    origin: OnceLock<SocketAddr>,
+}
+
+impl fmt::Debug for ChainSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChainSlot")
+            .field("serving", &self.app.get().is_some())
+            .field("origin", &self.origin.get())
+            .finish()
+    }
+}
+
+impl ChainSlot {
+    /// Binds the slot to the serving app and its listen address (first call wins).
+    pub fn bind<A: LocalApp + 'static>(&self, app: &Arc<A>, origin: SocketAddr) {
+        let app: Weak<A> = Arc::downgrade(app);
+        let app: Weak<dyn LocalApp> = app;
+        let _ = self.app.set(app);
+        let _ = self.origin.set(origin);
+    }
+
+    /// The app's listen address, once serving.
+    pub fn origin(&self) -> Option<SocketAddr> {
+        self.origin.get().copied()
+    }
+
+    /// Rewrites a self request to the app's own listener (`http://<listen addr><path>`,
+    /// no `Host` header, as Spin does), or fails when the app is not serving.
+    pub fn to_self(
+        &self,
+        req: &mut http::Request<WasiBody>,
+    ) -> Result<(), wasmtime_wasi_http::Error> {
+        let Some(origin) = self.origin() else {
+            tracing::error!("outbound request to a relative URL, but the app has no HTTP listener");
+            return Err(wasmtime_wasi_http::Error::HttpRequestUriInvalid);
+        };
+        let paq = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        *req.uri_mut() = format!("http://{origin}{paq}")
+            .parse()
+            .map_err(|_| wasmtime_wasi_http::Error::HttpRequestUriInvalid)?;
+        req.headers_mut().remove(http::header::HOST);
+        Ok(())
+    }
+
+    /// Sends a service-chaining request to component `target` in-process.
+    pub async fn call(
+        &self,
+        target: &str,
+        mut req: http::Request<WasiBody>,
+    ) -> Result<http::Response<WasiBody>, wasmtime_wasi_http::Error> {
+        let Some(app) = self.app.get().and_then(Weak::upgrade) else {
+            tracing::error!(
+                target,
+                "service chaining request, but the app is not serving"
+            );
+            return Err(wasmtime_wasi_http::Error::InternalError(Some(
+                "service chaining: the app is not serving".into(),
+            )));
+        };
+        // As Spin's `strip_forbidden_headers`: the chaining host and transport headers are
+        // not the callee's business.
+        let headers = req.headers_mut();
+        if headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|h| {
+                chaining_target(&format!("http://{h}/").parse().unwrap_or_default()).is_some()
+            })
+        {
+            headers.remove(http::header::HOST);
+        }
+        headers.remove(http::header::CONNECTION);
+        app.call_component(target, req).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,6 +687,19 @@ mod tests {
             p("redis://host", "redis"),
             Some(("redis".into(), "host".into(), None))
         );
+    }
+
+    #[test]
+    fn chaining_hosts_as_spin_parses_them() {
+        let t = |u: &str| chaining_target(&u.parse().unwrap());
+        assert_eq!(t("http://back.spin.internal/x"), Some("back".into()));
+        assert_eq!(t("http://back.spin.internal:8080/"), Some("back".into()));
+        assert_eq!(t("http://back.spin.internal.example.com/"), None);
+        assert_eq!(t("http://spin.internal/"), None);
+        assert_eq!(t("/relative"), None);
+        assert!(is_self_request(&"/relative".parse().unwrap()));
+        assert!(is_self_request(&"http://self.alt/x".parse().unwrap()));
+        assert!(!is_self_request(&"http://example.com/x".parse().unwrap()));
     }
 
     #[test]

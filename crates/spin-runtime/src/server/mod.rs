@@ -4,9 +4,10 @@
 //! gracefully (stop accepting, drain in-flight requests within a bound).
 //!
 //! The HTTP server floor of the crate (above the app model, the engine, the host features
-//! and the loaded app; below the crate's builder): its submodules are the route matcher,
-//! the executors of each HTTP component kind (WASI HTTP in [`reuse`], [`wagi`], Spin 1.x
-//! in [`spin1`]), service chaining, h2c and inbound TLS.
+//! and the loaded app; below the crate's builder): its submodules are the executors of each
+//! HTTP component kind (WASI HTTP in [`reuse`], [`wagi`], Spin 1.x in [`spin1`]), service
+//! chaining and h2c; the route table ([`crate::routing`]) and the inbound TLS settings
+//! ([`crate::inbound_tls`]) are the app's and the config's, below the loaded app.
 
 /// `AsyncWrite` for a pin-projected reader wrapper `$ty<I>` whose `inner` field does the
 /// writing unchanged.
@@ -54,9 +55,7 @@ pub(crate) use write_through;
 pub mod chain;
 pub(crate) mod h2_heads;
 pub(crate) mod h2c;
-pub mod inbound_tls;
 pub(crate) mod reuse;
-pub mod routing;
 pub(crate) mod spin1;
 pub mod wagi;
 pub(crate) mod whole_body;
@@ -79,9 +78,9 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
+use crate::inbound_tls::InboundTls;
+use crate::routing::{RouteMatch, WELL_KNOWN_PREFIX};
 use crate::runtime::{HttpPre, LoadedApp};
-use inbound_tls::InboundTls;
-use routing::{RouteMatch, WELL_KNOWN_PREFIX};
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<HyperOutgoingBody> {
     let mut r = Response::new(
@@ -597,7 +596,7 @@ where
     B::Error: Into<wasmtime_wasi_http::Error>,
 {
     use wasmtime_wasi_http::handler::{ExpirationError, InstantiationError, TrapOrPanicError};
-    let instances = app.p3_instances(component, pre);
+    let instances = reuse::instances(app, component, pre);
     let req = absolute_uri(req, scheme).map(|body| body.map_err(Into::into).boxed_unsync());
     let started = std::time::Instant::now();
     let e = match instances.handle(tracing::Span::current(), req).await {

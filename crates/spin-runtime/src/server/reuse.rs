@@ -28,15 +28,36 @@ use wasmtime_wasi_http::WasiHttpView;
 
 use crate::limits::{InstanceReuse, Limits};
 use crate::metrics::{Metrics, WorkerCpu};
-use crate::runtime::PreparedComponent;
+use crate::runtime::{LoadedApp, PreparedComponent};
 use crate::state::InstanceState;
 
 /// The dispatcher of one WASIp3 component's requests to its instances.
 pub(crate) type P3Handler = ProxyHandler<P3Instances>;
 
+/// The dispatcher of WASIp3 component `component`'s requests (`pre` its handler), created
+/// at its first request and kept beside its code ([`PreparedComponent::server_state`]).
+pub(crate) fn instances(
+    app: &LoadedApp,
+    component: &Arc<PreparedComponent>,
+    pre: &ServicePre<InstanceState>,
+) -> P3Handler {
+    let kept = component.server_state.get_or_init(|| {
+        Box::new(handler(
+            component,
+            pre.clone(),
+            app.max_instance_memory(),
+            &app.limits,
+            app.metrics.clone(),
+        ))
+    });
+    kept.downcast_ref::<P3Handler>()
+        .expect("the server keeps only a WASIp3 dispatcher beside a component's code")
+        .clone()
+}
+
 /// Creates the dispatcher for `component` (held by the component itself, hence the weak
 /// reference: instances of code replaced by tiered compilation end when idle).
-pub(crate) fn handler(
+fn handler(
     component: &Arc<PreparedComponent>,
     pre: ServicePre<InstanceState>,
     max_instance_memory: Option<usize>,
@@ -95,8 +116,11 @@ impl HandlerState for P3Instances {
             )
             .map_err(wasmtime::Error::from_anyhow)?;
         let cpu = WorkerCpu::start(&self.id);
+        // The time-slice yields get a mark where the guest resumes: a poll of the worker
+        // that resumes a busy guest starts there, not where the worker's other marks are.
         if let Some(cpu) = &cpu {
-            mark_resumptions(&mut store, cpu.clone());
+            let cpu = cpu.clone();
+            crate::runtime::yield_at_slice_end(&mut store, move || cpu.mark());
         }
         let instantiate =
             crate::metrics::cpu_timed_to(cpu.clone(), self.pre.instantiate_async(&mut store));
@@ -132,27 +156,6 @@ impl HandlerState for P3Instances {
             },
         })
     }
-}
-
-/// The instance's time-slice yields (the store's epoch callback, as
-/// [`crate::runtime`] sets it) with a [`WorkerCpu::mark`] where the guest resumes: a poll of
-/// the worker that resumes a busy guest starts there, not where the worker's other marks are.
-fn mark_resumptions(store: &mut Store<InstanceState>, cpu: Arc<WorkerCpu>) {
-    let slice = Arc::clone(&store.data().slice);
-    store.epoch_deadline_callback(move |_| {
-        if !slice.used_up() {
-            return Ok(wasmtime::UpdateDeadline::Continue(1));
-        }
-        let (slice, cpu) = (slice.clone(), cpu.clone());
-        Ok(wasmtime::UpdateDeadline::YieldCustom(
-            1,
-            Box::pin(async move {
-                tokio::task::yield_now().await;
-                slice.restart();
-                cpu.mark();
-            }),
-        ))
-    });
 }
 
 /// One instance's admission rule, request deadline and end.

@@ -23,14 +23,11 @@
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 
-use crate::runtime::{LoadedApp, PreparedComponent};
-use crate::state::InstanceState;
+use crate::runtime::{LoadedApp, PreparedComponent, WagiPre};
 
 pub use super::whole_body::MAX_BODY_BYTES;
 use super::whole_body::{full, plain, read_body, within_deadline};
@@ -41,13 +38,6 @@ const GATEWAY_INTERFACE: &str = "CGI/1.1";
 const SERVER_SOFTWARE: &str = "WAGI/1";
 
 pub use crate::app::http_trigger::WagiConfig;
-
-/// A component a WAGI trigger runs: its `wasi:cli/run` and its trigger's settings.
-#[derive(Clone)]
-pub(crate) struct WagiPre {
-    pub(crate) command: CommandPre<InstanceState>,
-    pub(crate) config: Arc<WagiConfig>,
-}
 
 /// argv for a request to `path` with query `query`, from `template`.
 fn argv(template: &str, path: &str, query: &str) -> Vec<String> {
@@ -315,22 +305,6 @@ where
             ))
         }
     }
-}
-
-/// A component a WAGI trigger runs must be a WASI command.
-pub(crate) fn prepare(
-    instance_pre: &wasmtime::component::InstancePre<InstanceState>,
-    id: &str,
-    config: Arc<WagiConfig>,
-) -> anyhow::Result<WagiPre> {
-    let command = CommandPre::new(instance_pre.clone()).map_err(|e| {
-        anyhow!(
-            "component `{id}` is run by a WAGI trigger (`executor = {{ type = \"wagi\" }}`) but \
-             is not a WASI command (no wasi:cli/run export: build a `fn main` program for \
-             wasm32-wasip1 or wasm32-wasip2): {e:#}"
-        )
-    })?;
-    Ok(WagiPre { command, config })
 }
 
 #[cfg(test)]
