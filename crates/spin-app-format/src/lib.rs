@@ -1,7 +1,9 @@
 //! The Spin application format, with no runtime attached: `spin.toml` version 2 in
 //! ([`manifest`]), the locked app in and out ([`locked`]), typed trigger configuration
 //! ([`trigger`]), the `allowed_http_hosts` conversion ([`hosts`]) and the OCI artifact media
-//! types ([`oci`]), component sources by URL ([`remote`]), and how untrusted text and files are shown and read ([`untrusted`]).
+//! types ([`oci`]), component sources by URL ([`remote`]), the id rules both the manifest
+//! and the lock check ([`ids`]), and how untrusted text and files are shown and read
+//! ([`untrusted`]).
 //!
 //! Everything here is written from Spin's own definitions (the `spin-manifest`,
 //! `spin-locked-app`, `spin-loader`, `spin-http` and `spin-oci` crates), so a lock this crate
@@ -12,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod hosts;
+pub mod ids;
 pub mod locked;
 pub mod manifest;
 pub mod oci;

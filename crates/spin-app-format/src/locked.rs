@@ -14,6 +14,7 @@ use anyhow::{anyhow, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::ids::{check_trigger_id, component_id_error};
 use crate::untrusted::{check_path_size, json_error, shown, MAX_DOCUMENT_BYTES};
 
 /// Dynamically typed metadata (`metadata`, `host_requirements`).
@@ -31,77 +32,6 @@ pub const MUST_UNDERSTAND_COMPONENT_HOST_REQUIREMENTS: &str = "component_host_re
 pub const WASM_CONTENT_TYPE: &str = "application/wasm";
 /// Spin inlines content up to this many bytes into a pushed lock (`content_ref_inline_max_size`).
 pub const INLINE_MAX: usize = 128;
-/// Longest component id accepted, in bytes: ids name staging directories and appear in
-/// every log line of the app.
-pub const MAX_ID_BYTES: usize = 200;
-/// The component id rule, for errors.
-pub const COMPONENT_ID_RULE: &str = "a component id is kebab-case: words of ASCII letters and \
-    digits, each starting with a letter and all lower or all UPPER case, joined by `-` (as \
-    spin.toml requires; a component Spin clones for a trigger is `<id>-for-<trigger id>`)";
-
-/// Checks a component id as Spin's manifest does (`KebabId`: `-`-separated words of ASCII
-/// letters and digits, each starting with a letter, all lower or all upper case), at most
-/// [`MAX_ID_BYTES`] long. The id Spin's loader gives a component it clones for a trigger
-/// with middleware, `<id>-for-<trigger id>`, is accepted too when the trigger id is made of
-/// ASCII letters, digits, `-` and `_` (Spin does not restrict trigger ids; these are the
-/// ones that are safe as a file name). Such ids name files and directories, so nothing
-/// else is: no `/`, no `.`, no control character. Says what is wrong.
-pub fn check_component_id(id: &str) -> Result<(), String> {
-    if id.len() > MAX_ID_BYTES {
-        return Err(format!(
-            "it is {} bytes long, more than the limit of {MAX_ID_BYTES}",
-            id.len()
-        ));
-    }
-    let kebab = crate::manifest::validate_id(id, '-', false);
-    if kebab.is_ok() {
-        return Ok(());
-    }
-    if let Some((base, trigger)) = id.split_once("-for-") {
-        if crate::manifest::validate_id(base, '-', false).is_ok()
-            && !trigger.is_empty()
-            && trigger
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Ok(());
-        }
-    }
-    kebab
-}
-
-/// [`check_component_id`] as an error naming `key`, the id and the rule.
-pub fn component_id_error(key: &str, id: &str) -> Option<anyhow::Error> {
-    check_component_id(id).err().map(|e| {
-        anyhow!(
-            "key `{key}`: component id `{}` is invalid: {e}; {COMPONENT_ID_RULE}",
-            shown(id)
-        )
-    })
-}
-
-/// Checks a trigger id: Spin accepts any string; ids are shown in every log line about
-/// their trigger and may name a component clone, so here they are at most
-/// [`MAX_ID_BYTES`] long and hold no control or invisible formatting character.
-pub fn check_trigger_id(id: &str) -> Result<(), String> {
-    if id.len() > MAX_ID_BYTES {
-        return Err(format!(
-            "it is {} bytes long, more than the limit of {MAX_ID_BYTES}",
-            id.len()
-        ));
-    }
-    if let Some(c) = id
-        .chars()
-        .find(|c| c.is_control() || crate::untrusted::is_hidden_format(*c))
-    {
-        return Err(format!(
-            "it contains the control or formatting character {}",
-            c.escape_unicode()
-        ));
-    }
-    Ok(())
-}
-
 /// Checks a file's guest path from a lock: no `..`, and within the path size limits
 /// ([`check_path_size`]).
 pub fn check_guest_path(path: &str) -> Result<(), String> {
@@ -184,7 +114,7 @@ fn drop_optional(map: ValuesMap) -> ValuesMap {
 impl LockedApp {
     /// Parses a locked app. Errors say what is wrong: not JSON, a missing field, an
     /// unsupported `spin_lock_version`, a `must_understand` entry this reader does not know.
-    /// Component ids must pass [`check_component_id`] and file paths [`check_guest_path`]
+    /// Component ids must pass [`check_component_id`](crate::ids::check_component_id) and file paths [`check_guest_path`]
     /// (they become file names); a lock over [`MAX_DOCUMENT_BYTES`] is refused unread.
     pub fn from_json(bytes: &[u8]) -> anyhow::Result<LockedApp> {
         if bytes.len() as u64 > MAX_DOCUMENT_BYTES {
@@ -718,33 +648,7 @@ mod tests {
     }
 
     #[test]
-    fn component_ids_follow_spin_and_never_name_a_path() {
-        for ok in [
-            "hello",
-            "hello-wild",
-            "HELLO-wild2",
-            "six-lights-for-six-lights-http-trigger",
-            "six-lights-for-http-trigger1",
-            "c-for-my_trigger",
-        ] {
-            check_component_id(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
-        }
-        let long = "a".repeat(MAX_ID_BYTES + 1);
-        for bad in [
-            "x/../../data",
-            "..",
-            "a.b",
-            "",
-            "a/b",
-            "/abs",
-            "a\nb",
-            "x-for-../..",
-            "x-for-a/b",
-            "1abc",
-            long.as_str(),
-        ] {
-            assert!(check_component_id(bad).is_err(), "{bad:?}");
-        }
+    fn component_ids_are_checked_at_parse() {
         let lock = json!({"spin_lock_version": 0, "triggers": [], "components": [{
             "id": "x/../../data",
             "source": {"content_type": "application/wasm", "digest": "sha256:aa"}}]});
@@ -761,10 +665,6 @@ mod tests {
 
     #[test]
     fn trigger_ids_and_file_paths_are_checked_at_parse() {
-        check_trigger_id("my trigger_1").unwrap();
-        assert!(check_trigger_id("a\nFORGED").is_err());
-        assert!(check_trigger_id("rtl\u{202e}").is_err());
-        assert!(check_trigger_id(&"t".repeat(MAX_ID_BYTES + 1)).is_err());
         check_guest_path("/static/a.txt").unwrap();
         check_guest_path("/").unwrap();
         assert!(check_guest_path("/a/../../etc").is_err());

@@ -17,6 +17,7 @@ use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::ids::validate_id;
 use crate::locked::{
     ContentPath, ContentRef, InheritConfiguration, LockedApp, LockedComponent,
     LockedComponentDependency, LockedComponentSource, LockedTrigger, ValuesMap, Variable,
@@ -219,62 +220,6 @@ fn one_line(s: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     shown(&line).to_string()
-}
-
-/// Spin's id rule (`spin_serde::id`): words separated by `delim`, each starting with an
-/// ASCII letter and all lower or all upper case alphanumerics (`lower_only`: lower case).
-pub fn validate_id(id: &str, delim: char, lower_only: bool) -> Result<(), String> {
-    if id.is_empty() {
-        return Err("empty".into());
-    }
-    let wrong = if delim == '-' { '_' } else { '-' };
-    if id.contains(wrong) {
-        return Err(format!(
-            "words must be separated with {delim:?}, not {wrong:?}"
-        ));
-    }
-    if id.len() > crate::locked::MAX_ID_BYTES {
-        return Err(format!(
-            "it is {} bytes long, more than the limit of {}",
-            id.len(),
-            crate::locked::MAX_ID_BYTES
-        ));
-    }
-    for word in id.split(delim) {
-        let mut chars = word.chars();
-        let Some(first) = chars.next() else {
-            return Err(format!("{delim:?}-separated words must not be empty"));
-        };
-        if !first.is_ascii_alphabetic() {
-            return Err(format!(
-                "{delim:?}-separated words must start with an ASCII letter; got {first:?}"
-            ));
-        }
-        let upper = first.is_ascii_uppercase();
-        for ch in chars {
-            if ch.is_ascii_digit() {
-                continue;
-            }
-            if !ch.is_ascii_alphanumeric() {
-                return Err(format!(
-                    "{delim:?}-separated words may only contain alphanumeric ASCII; got {ch:?}"
-                ));
-            }
-            if ch.is_ascii_uppercase() != upper {
-                return Err(format!(
-                    "{delim:?}-separated words must be all lowercase or all UPPERCASE; got \"{}\"",
-                    shown(word)
-                ));
-            }
-        }
-        if lower_only && upper {
-            return Err(format!(
-                "lower-case identifiers must be all lowercase; got \"{}\"",
-                shown(id)
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The variable names referenced by `{{ name }}` placeholders in a template.

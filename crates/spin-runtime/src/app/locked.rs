@@ -68,7 +68,7 @@ const WASIP3_UNSTABLE: &str = "wasip3-unstable";
 /// trigger's middleware) are checked before anything is built from them or says them.
 fn check_ids(lock: &LockedApp, origin: &str) -> anyhow::Result<()> {
     for t in &lock.triggers {
-        spin_app_format::locked::check_trigger_id(&t.id).map_err(|e| {
+        spin_app_format::ids::check_trigger_id(&t.id).map_err(|e| {
             anyhow!(
                 "{origin}: trigger id `{}` ([[trigger.{}]]) is invalid: {e}",
                 shown(&t.id),
@@ -77,7 +77,7 @@ fn check_ids(lock: &LockedApp, origin: &str) -> anyhow::Result<()> {
         })?;
     }
     for c in &lock.components {
-        if let Some(e) = spin_app_format::locked::component_id_error("component", &c.id) {
+        if let Some(e) = spin_app_format::ids::component_id_error("component", &c.id) {
             return Err(e.context(origin.to_string()));
         }
         for f in &c.files {

@@ -213,7 +213,7 @@ impl App {
     /// well-formed.
     pub(crate) fn validate(&self, origin: &str) -> anyhow::Result<()> {
         for name in self.variables.keys() {
-            spin_app_format::manifest::validate_id(name, '_', true)
+            spin_app_format::ids::validate_id(name, '_', true)
                 .map_err(|e| anyhow::anyhow!("{origin}: key `variables.{name}`: {e}"))?;
         }
         for trigger in &self.http_triggers {
@@ -256,7 +256,7 @@ impl App {
         self.event_triggers.validate(origin)?;
         for component in self.components.values() {
             for (key, template) in &component.variables {
-                spin_app_format::manifest::validate_id(key, '_', true).map_err(|e| {
+                spin_app_format::ids::validate_id(key, '_', true).map_err(|e| {
                     anyhow::anyhow!(
                         "{origin}: key `component.{}.variables.{key}`: {e}",
                         component.id
