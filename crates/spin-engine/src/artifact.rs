@@ -38,15 +38,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use wasm_shim_core::confined::Dir;
 use wasm_shim_core::content::{digest_hex, Containerd, Descriptor};
-use wasm_shim_core::untrusted::{
-    extract_tar_gz, shown, shown_path, BlobWriter, Budget, Limits, MAX_JSON_BYTES,
-};
+use wasm_shim_core::untrusted::{shown, shown_path, Limits, MAX_JSON_BYTES};
 
-use crate::compile_helper::{self, Job, Sandbox, HELPER_ID};
+use crate::compile_helper::{Job, Sandbox, HELPER_ID};
+use crate::unpack::{UnpackJob, UnpackLayer, Unpacked};
 
 /// Where the container sees the shim's app directory (relative to its root, read-only).
 pub const APP_DIR: &str = ".spin-app";
@@ -221,41 +219,6 @@ pub async fn materialise(
 /// one pipe per layer, below its descriptor limit.
 pub const MAX_LAYERS: usize = 46;
 
-/// One layer of an [`UnpackJob`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct UnpackLayer {
-    /// Its digest (`sha256:<hex>`), checked as it is written.
-    pub digest: String,
-    /// Its size, as its descriptor states.
-    pub size: i64,
-    /// Whether it is a `tar+gzip` archive layer, extracted into `archives/<hex>/`.
-    pub archive: bool,
-    /// How errors name it.
-    pub what: String,
-}
-
-/// What the unpacking helper does ([`crate::compile_helper::Job::Unpack`]): writes each
-/// layer into `blobs/<hex>` with its size and sha256 checked, and extracts the archive
-/// layers, all within one budget of these limits ([`Limits`]).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct UnpackJob {
-    /// [`Limits::max_bytes`].
-    pub max_bytes: u64,
-    /// [`Limits::max_entries`].
-    pub max_entries: u64,
-    /// The layers, in the order the shim streams them.
-    pub layers: Vec<UnpackLayer>,
-}
-
-/// The unpacking helper's verdict (its output).
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Unpacked {
-    /// sha256 hex of every file of the archive layers (each also `blobs/<hex>`).
-    files: Vec<String>,
-    /// Bytes written.
-    bytes: u64,
-}
-
 /// Has a helper of `sandbox` (in the container's cgroup, unprivileged, bounded; see
 /// [`crate::compile_helper`]) verify, write and extract `plan`'s layers into `blobs` and
 /// `archives`, which it may write only while it runs. The shim streams each layer from
@@ -340,75 +303,6 @@ async fn unpack(
         .context("streaming the layers from containerd failed")??;
     let out = helper?;
     serde_json::from_slice(&out).context("the unpacking helper's verdict is malformed")
-}
-
-/// The helper's side of [`Job::Unpack`] (run by the compile helper's worker, confined,
-/// as uid [`HELPER_ID`]): writes every layer from its pipe with [`BlobWriter`] (size and
-/// sha256 checked), extracts the archive layers with [`extract_tar_gz`] under one
-/// [`Budget`], and returns the verdict.
-pub(crate) fn unpack_in_helper(job: UnpackJob) -> anyhow::Result<Vec<u8>> {
-    let blobs = helper_dir(compile_helper::input(0)).context("the blobs directory")?;
-    let archives = helper_dir(compile_helper::input(1)).context("the archives directory")?;
-    let mut budget = Budget::new(Limits {
-        max_bytes: job.max_bytes,
-        max_entries: job.max_entries,
-    });
-    let mut files = Vec::new();
-    let mut buf = vec![0u8; 128 << 10];
-    for (i, layer) in job.layers.iter().enumerate() {
-        let mut src = compile_helper::input(i + 2);
-        let mut w = BlobWriter::new(&blobs, &layer.digest, layer.size, &layer.what)?;
-        loop {
-            let n = match src.read(&mut buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e).with_context(|| layer.what.clone()),
-            };
-            if n == 0 {
-                break;
-            }
-            w.write(&buf[..n], &mut budget)?;
-        }
-        let hex = w.finish()?;
-        drop(src);
-        if layer.archive {
-            // Not `Dir::open_file`, which reopens through `/proc`: the helper has none, and
-            // wrote this file itself.
-            let src = rustix::fs::openat(
-                blobs.fd(),
-                hex.as_str(),
-                rustix::fs::OFlags::RDONLY
-                    | rustix::fs::OFlags::NOFOLLOW
-                    | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map(File::from)
-            .map_err(std::io::Error::from)
-            .with_context(|| format!("{}: reopening it to extract it", layer.what))?;
-            let dest = archives.create_dir_all(Path::new(&hex))?;
-            let x = extract_tar_gz(
-                std::io::BufReader::new(src),
-                &dest,
-                &blobs,
-                &mut budget,
-                &layer.what,
-            )?;
-            files.extend(x.file_digests);
-        }
-    }
-    Ok(serde_json::to_vec(&Unpacked {
-        files,
-        bytes: budget.bytes(),
-    })?)
-}
-
-/// A [`Dir`] of the directory descriptor `fd` (the helper is chrooted into an empty
-/// directory: the descriptor is its only way to it).
-fn helper_dir(fd: File) -> anyhow::Result<Dir> {
-    nix::unistd::fchdir(std::os::fd::AsRawFd::as_raw_fd(&fd))?;
-    let dir = Dir::open(Path::new("."));
-    nix::unistd::chdir("/")?;
-    dir
 }
 
 /// Takes back a directory an unpacking helper wrote (every process of the helper is gone:
@@ -598,6 +492,21 @@ pub fn blob_path(app_dir: &Path, digest: &str) -> anyhow::Result<PathBuf> {
     bail!(
         "content {digest} referenced by the locked app is not in the image (missing component or file layer)"
     )
+}
+
+/// Content `c` of the locked app of the artifact materialised in `artifact` (as the
+/// container sees it, or the shim's own directory): referenced by digest.
+pub fn content(
+    artifact: &Path,
+    c: &spin_runtime::app::ContentRef,
+) -> anyhow::Result<spin_runtime::app::Content> {
+    match &c.digest {
+        Some(d) => Ok(spin_runtime::app::Content::Path(blob_path(artifact, d)?)),
+        None => anyhow::bail!(
+            "content {:?} of the locked app has no digest (artifacts reference content by digest)",
+            c.source
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -136,28 +136,6 @@ impl AppSource {
 /// A compiled entry: its file name (as the runtime looks it up) and host path.
 pub type Entry = (String, PathBuf);
 
-/// Compiles `source` into the host cache `dir` (created `0700`, pruned first) in helpers of
-/// `sandbox`, off the async workers; returns the entries the container may load and those
-/// to compile once it runs ([`crate::precompile::precompile`]).
-pub async fn precompile(
-    source: AppSource,
-    dir: PathBuf,
-    tiering: spin_runtime::engine::tier::TieringConfig,
-    sandbox: crate::compile_helper::Sandbox,
-) -> anyhow::Result<crate::precompile::Precompiled> {
-    let max = max_bytes()?;
-    tokio::task::spawn_blocking(move || {
-        spin_runtime::engine::compile_cache::create_private_dir(&dir)
-            .with_context(|| format!("the compile cache (set {DIR_ENV})"))?;
-        if let Err(e) = prune(&dir, max) {
-            tracing::warn!("compile cache {}: {e:#}", dir.display());
-        }
-        crate::precompile::precompile(&source, &dir, tiering, &sandbox)
-    })
-    .await
-    .context("compile task failed")?
-}
-
 /// A read-only, nosuid, nodev bind mount of host `src` at container path `dst`.
 pub fn read_only_bind(
     src: &Path,

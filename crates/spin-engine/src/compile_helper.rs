@@ -28,7 +28,8 @@
 //! counter), the CPU limit or the bound fails with an error naming the component, the
 //! limit and the fix ([`HelperError`]).
 //!
-//! The same helper unpacks Spin OCI artifacts ([`Job::Unpack`], see [`crate::artifact`]):
+//! The same helper unpacks Spin OCI artifacts ([`Job::Unpack`], see [`crate::artifact`] and
+//! [`crate::unpack`]):
 //! its inputs are then two directories it may write (the shim hands them over for the run
 //! and takes them back) and one pipe per layer, and it may write files up to the app's
 //! byte limit (`RLIMIT_FSIZE`); everything else above holds as for compilation.
@@ -47,6 +48,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use cgroup_placement::{Driver, Placement};
 use serde::{Deserialize, Serialize};
+
+use crate::unpack::{unpack_in_helper, UnpackJob};
 
 /// The argument that makes the shim binary serve as a compile helper.
 pub const HELPER_ARG: &str = "--compile-helper";
@@ -134,10 +137,10 @@ pub enum Job {
         middleware: Vec<MiddlewarePart>,
     },
     /// Verifies and writes a Spin OCI artifact's layers, extracting its archive layers
-    /// ([`crate::artifact::UnpackJob`]): input 0 is the app's `blobs` directory, input 1
+    /// ([`UnpackJob`]): input 0 is the app's `blobs` directory, input 1
     /// its `archives` directory, inputs 2.. the layers as the shim streams them from
     /// containerd; the output is the verdict.
-    Unpack(crate::artifact::UnpackJob),
+    Unpack(UnpackJob),
 }
 
 impl Job {
@@ -1137,7 +1140,7 @@ fn work() -> anyhow::Result<u64> {
             }
             spin_runtime::engine::middleware::compose(&id, &primary, &parts)?
         }
-        Job::Unpack(job) => crate::artifact::unpack_in_helper(job)?,
+        Job::Unpack(job) => unpack_in_helper(job, input)?,
     };
     // SAFETY: the output pipe the shim placed at FD_OUTPUT; owned from here on.
     let mut out = unsafe { File::from_raw_fd(FD_OUTPUT) };

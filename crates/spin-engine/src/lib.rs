@@ -1,7 +1,8 @@
 //! The Spin engine of the shim ([`SpinEngine`]), everything Spin-specific on the shim side:
 //! - [`artifact`]: Spin OCI artifacts (locked-app, archive and `application/wasm` layers)
 //!   materialised from containerd's content store into a shim-owned directory the
-//!   container sees read-only at `/`[`artifact::APP_DIR`];
+//!   container sees read-only at `/`[`artifact::APP_DIR`], its layers unpacked by a helper
+//!   ([`unpack`]);
 //! - [`precompile`], [`compile_helper`] and [`cache_mount`]: components compiled in
 //!   unprivileged helpers held by the container's cgroup limits, into the node's root-only
 //!   cache, each container given read-only access to its own entries;
@@ -21,13 +22,14 @@ pub mod compile_helper;
 pub mod docker;
 pub mod precompile;
 pub mod rootfs;
+pub mod unpack;
 pub mod url_sources;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use async_trait::async_trait;
-use spin_runtime::app::{Content, ContentRef};
+use spin_runtime::app::ContentRef;
 use spin_runtime::engine::tier::TieringConfig;
 use spin_runtime::App;
 use wasm_shim_core::confine::Confinement;
@@ -38,7 +40,7 @@ use cache_mount::AppSource;
 
 pub use spin_runtime::quiet_library_backtraces;
 
-use artifact::{blob_path, APP_DIR, DIGEST_FILE, LOCKED_FILE};
+use artifact::{APP_DIR, DIGEST_FILE, LOCKED_FILE};
 
 /// The shim-owned directory (under a container's state root) holding its Spin app and
 /// the mount points of its compiled components.
@@ -139,7 +141,7 @@ impl Engine for SpinEngine {
         }
         let downloads = url_sources::download(id, source.as_ref()).await?;
         let compiled = match source {
-            Some(s) => cache_mount::precompile(s, cache_dir, tiering(p.spec)?, sandbox.clone())
+            Some(s) => precompile::compile_app(s, cache_dir, tiering(p.spec)?, sandbox.clone())
                 .await
                 .with_context(|| format!("container {id}: compiling the Spin app"))?,
             None => Default::default(),
@@ -203,24 +205,12 @@ fn load_artifact(app_dir: &Path) -> anyhow::Result<Option<App>> {
     }
     let bytes = std::fs::read(&locked)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", locked.display()))?;
-    let resolve = |c: &ContentRef| artifact_content(&artifact, c);
+    let resolve = |c: &ContentRef| artifact::content(&artifact, c);
     let mut app = App::from_locked_json(&bytes, &resolve)?;
     app.oci_image_digest = std::fs::read_to_string(artifact.join(DIGEST_FILE))
         .ok()
         .map(|d| d.trim().to_string());
     Ok(Some(app))
-}
-
-/// Content `c` of the locked app of the artifact materialised in `artifact` (as the
-/// container sees it, or the shim's own directory): referenced by digest.
-pub(crate) fn artifact_content(artifact: &Path, c: &ContentRef) -> anyhow::Result<Content> {
-    match &c.digest {
-        Some(d) => Ok(Content::Path(blob_path(artifact, d)?)),
-        None => anyhow::bail!(
-            "content {:?} of the locked app has no digest (artifacts reference content by digest)",
-            c.source
-        ),
-    }
 }
 
 /// Runs the Spin app in the container: the materialised artifact if present, else

@@ -34,7 +34,7 @@ use wasm_shim_core::content::digest_hex;
 use wasm_shim_core::untrusted::{Limits, MAX_BYTES_ENV};
 
 use crate::artifact::BLOBS_DIR;
-use crate::cache_mount::{AppSource, Entry};
+use crate::cache_mount::{self, AppSource, Entry};
 use crate::compile_helper::{Compiler, FailureKind, HelperError, Job, MiddlewarePart, Sandbox};
 
 /// Longest part of an untrusted name (a path from the manifest) quoted in an error.
@@ -313,7 +313,7 @@ pub fn app_model(source: &AppSource) -> anyhow::Result<App> {
     match source {
         AppSource::Locked { lock, app_dir } => {
             App::from_locked_json(lock, &|c: &spin_app_format::ContentRef| {
-                crate::artifact_content(app_dir, c)
+                crate::artifact::content(app_dir, c)
             })
             .context("the locked app of the artifact")
         }
@@ -382,6 +382,28 @@ fn units<'a>(
         });
     }
     Ok(out)
+}
+
+/// Compiles `source` into the host cache `dir` (created `0700`, pruned first) in helpers of
+/// `sandbox`, off the async workers; returns the entries the container may load and those
+/// to compile once it runs ([`precompile`]).
+pub async fn compile_app(
+    source: AppSource,
+    dir: PathBuf,
+    tiering: TieringConfig,
+    sandbox: Sandbox,
+) -> anyhow::Result<Precompiled> {
+    let max = cache_mount::max_bytes()?;
+    tokio::task::spawn_blocking(move || {
+        spin_runtime::engine::compile_cache::create_private_dir(&dir)
+            .with_context(|| format!("the compile cache (set {})", cache_mount::DIR_ENV))?;
+        if let Err(e) = cache_mount::prune(&dir, max) {
+            tracing::warn!("compile cache {}: {e:#}", dir.display());
+        }
+        precompile(&source, &dir, tiering, &sandbox)
+    })
+    .await
+    .context("compile task failed")?
 }
 
 /// What [`precompile`] made: the entries the container may load, and the components it
