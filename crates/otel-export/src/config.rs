@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use spin_shim_settings::container;
 
 /// A telemetry signal: each has its own exporter and may have its own endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +259,8 @@ impl OtlpConfig {
                 _ => bail!("{delay_var}={v:?} is not a positive number of milliseconds"),
             },
         };
-        let level = non_empty(get, "SPIN_OTEL_TRACING_LEVEL").unwrap_or_else(|| "info".to_string());
+        let level =
+            non_empty(get, container::OTEL_TRACING_LEVEL).unwrap_or_else(|| "info".to_string());
         Ok(Some(OtlpConfig {
             signal,
             endpoint,

@@ -66,6 +66,7 @@ use opentelemetry_sdk::trace::{
     SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
+use spin_shim_settings::container;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt as _};
 use tracing_subscriber::registry::LookupSpan;
@@ -332,7 +333,8 @@ where
     }
     let filter = EnvFilter::try_new(directives).with_context(|| {
         format!(
-            "SPIN_OTEL_TRACING_LEVEL={:?} is not a tracing filter (e.g. `info`)",
+            "{}={:?} is not a tracing filter (e.g. `info`)",
+            container::OTEL_TRACING_LEVEL,
             config.level
         )
     })?;
@@ -491,7 +493,7 @@ pub fn start_metrics_and_logs(get: &dyn Fn(&str) -> Option<String>, default_serv
             Err(e) => note(false, format!("OpenTelemetry logs are off: {e:#}")),
         }
         LOG_TO_TRACING.store(
-            get("SPIN_DISABLE_LOG_TO_TRACING").is_none_or(|v| v.is_empty()),
+            get(container::DISABLE_LOG_TO_TRACING).is_none_or(|v| v.is_empty()),
             Ordering::Relaxed,
         );
     });
