@@ -175,4 +175,29 @@ pub(crate) mod tests {
             assert!(vars_of(role).count() > 0, "{role:?}");
         }
     }
+
+    #[test]
+    fn the_table_states_the_typed_defaults() {
+        for (name, default) in [
+            (
+                shim::COMPILE_CACHE_MAX_BYTES,
+                shim::DEFAULT_COMPILE_CACHE_MAX_BYTES,
+            ),
+            (shim::COMPILE_CPU_SECS, shim::DEFAULT_COMPILE_CPU_SECS),
+            (
+                shim::COMPILE_TIMEOUT_SECS,
+                shim::DEFAULT_COMPILE_TIMEOUT_SECS,
+            ),
+            (
+                shim::DOWNLOAD_TIMEOUT_SECS,
+                shim::DEFAULT_DOWNLOAD_TIMEOUT_SECS,
+            ),
+            (shim::MAX_DOWNLOAD_BYTES, shim::DEFAULT_MAX_DOWNLOAD_BYTES),
+            (shim::IDLE_RELEASE_SECS, shim::DEFAULT_IDLE_RELEASE_SECS),
+        ] {
+            let var = VARS.iter().find(|v| v.name == name).unwrap();
+            let stated = var.default.split(' ').next().unwrap();
+            assert_eq!(stated, default.to_string(), "{name}");
+        }
+    }
 }

@@ -35,12 +35,15 @@ impl ServeSettings {
         Ok(ServeSettings {
             runtime: ContainerSettings::read(&r)?,
             source_cache_dir: r.path(SOURCE_CACHE_DIR),
-            download_timeout: r.positive_secs(crate::shim::DOWNLOAD_TIMEOUT_SECS, 300)?,
+            download_timeout: r.positive_secs(
+                crate::shim::DOWNLOAD_TIMEOUT_SECS,
+                crate::shim::DEFAULT_DOWNLOAD_TIMEOUT_SECS,
+            )?,
             max_download_bytes: r.number(
                 crate::shim::MAX_DOWNLOAD_BYTES,
                 0,
-                256 << 20,
-                256 << 20,
+                crate::shim::DEFAULT_MAX_DOWNLOAD_BYTES,
+                crate::shim::DEFAULT_MAX_DOWNLOAD_BYTES,
             )?,
         })
     }

@@ -45,6 +45,16 @@ pub const DEFAULT_STATE_DIR: &str = "/run/spin-shim";
 pub const DEFAULT_COMPILE_CACHE_DIR: &str = "/var/lib/containerd-shim-spin-v2/compile-cache";
 /// Default of [`IDLE_RELEASE_SECS`].
 pub const DEFAULT_IDLE_RELEASE_SECS: u64 = 30;
+/// Default of [`COMPILE_CACHE_MAX_BYTES`]: 2 GiB.
+pub const DEFAULT_COMPILE_CACHE_MAX_BYTES: u64 = 2 << 30;
+/// Default of [`COMPILE_CPU_SECS`].
+pub const DEFAULT_COMPILE_CPU_SECS: u64 = 300;
+/// Default of [`COMPILE_TIMEOUT_SECS`] (kubelet gives CreateContainer 2 minutes).
+pub const DEFAULT_COMPILE_TIMEOUT_SECS: u64 = 90;
+/// Default of [`DOWNLOAD_TIMEOUT_SECS`]: 5 minutes.
+pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u64 = 300;
+/// Default of [`MAX_DOWNLOAD_BYTES`]: 256 MiB (Spin's Python components are about 40 MiB).
+pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = 256 << 20;
 
 /// The shim's settings, typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,11 +111,24 @@ impl ShimSettings {
                 .path(SOURCE_CACHE_DIR)
                 .unwrap_or_else(|| compile_cache_dir.with_file_name("url-sources")),
             compile_cache_dir,
-            compile_cache_max_bytes: r.number(COMPILE_CACHE_MAX_BYTES, 0, 2 << 30, 2 << 30)?,
-            compile_cpu_secs: r.positive_secs(COMPILE_CPU_SECS, 300)?.as_secs(),
-            compile_timeout: r.positive_secs(COMPILE_TIMEOUT_SECS, 90)?,
-            download_timeout: r.positive_secs(DOWNLOAD_TIMEOUT_SECS, 300)?,
-            max_download_bytes: r.number(MAX_DOWNLOAD_BYTES, 0, 256 << 20, 256 << 20)?,
+            compile_cache_max_bytes: r.number(
+                COMPILE_CACHE_MAX_BYTES,
+                0,
+                DEFAULT_COMPILE_CACHE_MAX_BYTES,
+                DEFAULT_COMPILE_CACHE_MAX_BYTES,
+            )?,
+            compile_cpu_secs: r
+                .positive_secs(COMPILE_CPU_SECS, DEFAULT_COMPILE_CPU_SECS)?
+                .as_secs(),
+            compile_timeout: r.positive_secs(COMPILE_TIMEOUT_SECS, DEFAULT_COMPILE_TIMEOUT_SECS)?,
+            download_timeout: r
+                .positive_secs(DOWNLOAD_TIMEOUT_SECS, DEFAULT_DOWNLOAD_TIMEOUT_SECS)?,
+            max_download_bytes: r.number(
+                MAX_DOWNLOAD_BYTES,
+                0,
+                DEFAULT_MAX_DOWNLOAD_BYTES,
+                DEFAULT_MAX_DOWNLOAD_BYTES,
+            )?,
             idle_release: idle_release(&r)?,
             tiered_compile: r.flag(TIERED_COMPILE, true)?,
             tiered_compile_min_bytes: r.number(TIERED_COMPILE_MIN_BYTES, 0, 2 << 20, 2 << 20)?,

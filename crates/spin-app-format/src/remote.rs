@@ -32,14 +32,12 @@ use sha2::{Digest, Sha256};
 
 use crate::untrusted::{open_regular, shown, shown_path};
 
-/// Env var: the largest source downloaded, in bytes (default [`DEFAULT_MAX_BYTES`]).
+/// Env var: the largest source downloaded, in bytes (default
+/// [`spin_shim_settings::shim::DEFAULT_MAX_DOWNLOAD_BYTES`]).
 pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::MAX_DOWNLOAD_BYTES;
-/// Default download cap: 256 MiB (Spin's Python components are about 40 MiB).
-pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
-/// Env var: the longest a download may take, in seconds (default [`DEFAULT_TIMEOUT_SECS`]).
+/// Env var: the longest a download may take, in seconds (default
+/// [`spin_shim_settings::shim::DEFAULT_DOWNLOAD_TIMEOUT_SECS`]).
 pub const TIMEOUT_ENV: &str = spin_shim_settings::shim::DOWNLOAD_TIMEOUT_SECS;
-/// Default download deadline: 5 minutes.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// Env var: spin-serve's download cache (default `$XDG_CACHE_HOME/spin-serve/url-sources`,
 /// else `$HOME/.cache/spin-serve/url-sources`).
 pub const SERVE_CACHE_ENV: &str = spin_shim_settings::serve::SOURCE_CACHE_DIR;

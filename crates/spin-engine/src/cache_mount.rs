@@ -13,7 +13,8 @@
 //! writes one. A large component the cache has no Cranelift entry for is compiled with the
 //! baseline compiler first, and its Cranelift entry bound as a reserved file the shim fills
 //! once the container runs ([`crate::precompile`]). Before each compile the oldest entries
-//! beyond [`MAX_BYTES_ENV`] (default [`DEFAULT_MAX_BYTES`]) are removed, and temporary or
+//! beyond [`MAX_BYTES_ENV`] (default
+//! [`spin_shim_settings::shim::DEFAULT_COMPILE_CACHE_MAX_BYTES`]) are removed, and temporary or
 //! reserved files a dead shim left behind once they are an hour old.
 
 use std::path::{Path, PathBuf};
@@ -27,8 +28,6 @@ pub use spin_runtime::engine::compile_cache::DEFAULT_DIR;
 pub use spin_runtime::engine::compile_cache::DIR_ENV;
 /// Env var (shim's environment) capping the cache size in bytes.
 pub const MAX_BYTES_ENV: &str = spin_shim_settings::shim::COMPILE_CACHE_MAX_BYTES;
-/// Default size cap: 2 GiB.
-pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
 /// Where the shim's app directory appears inside a container (read-only).
 pub const APP_MOUNT: &str = "/.spin-app";
 /// The directory of compiled entries inside the app directory.

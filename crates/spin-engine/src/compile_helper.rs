@@ -54,15 +54,12 @@ use crate::unpack::{unpack_in_helper, UnpackJob};
 /// The argument that makes the shim binary serve as a compile helper.
 pub const HELPER_ARG: &str = "--compile-helper";
 /// Env var (shim's environment): CPU-seconds one compilation may use (`RLIMIT_CPU` of the
-/// helper, all its threads together); default [`DEFAULT_CPU_SECS`].
+/// helper, all its threads together); default
+/// [`spin_shim_settings::shim::DEFAULT_COMPILE_CPU_SECS`].
 pub const CPU_SECS_ENV: &str = spin_shim_settings::shim::COMPILE_CPU_SECS;
-/// Default of [`CPU_SECS_ENV`].
-pub const DEFAULT_CPU_SECS: u64 = 300;
 /// Env var (shim's environment): seconds a compilation in Create may take before the shim
-/// kills it; default [`DEFAULT_TIMEOUT_SECS`] (kubelet gives CreateContainer 2 minutes).
+/// kills it; default [`spin_shim_settings::shim::DEFAULT_COMPILE_TIMEOUT_SECS`].
 pub const TIMEOUT_ENV: &str = spin_shim_settings::shim::COMPILE_TIMEOUT_SECS;
-/// Default of [`TIMEOUT_ENV`].
-pub const DEFAULT_TIMEOUT_SECS: u64 = 90;
 /// Wall-clock bound of a background (tier-up) compilation, which holds up nothing but may
 /// crawl under a small CPU limit; at least [`TIMEOUT_ENV`].
 pub const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(1800);
