@@ -117,6 +117,8 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         &format!("containerd-shim-{}-v2", setup.names.engine),
     );
     if server {
+        // Before the helper's spawner thread, the first thread besides this one.
+        memory::single_malloc_arena();
         // Orphaned container processes must come back to us, not to PID 1.
         // SAFETY: plain prctl.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };

@@ -62,6 +62,20 @@ impl ExecutableCode {
     }
 }
 
+/// Makes every thread of this process allocate from glibc's main arena (`M_ARENA_MAX` = 1).
+/// Call it before the process starts a thread. By default glibc gives each thread that
+/// allocates an arena of its own (up to 8 per CPU), each keeping its live chunks and
+/// bookkeeping pages: about 0.6 MiB in a shim server of 8 threads whose work is a few ttrpc
+/// calls per container, where one arena's lock costs nothing. The musl build (mimalloc) is
+/// unaffected.
+pub fn single_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes a tuning parameter of the allocator.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Returns the free memory of the C allocator's arenas to the kernel (glibc `malloc_trim`;
 /// the static musl build allocates with mimalloc, which returns memory on its own).
 pub fn trim_heap() {
