@@ -5,10 +5,13 @@
 //! behind a loopback proxy that delivers each reply [`FAR_DELAY`] late, as a managed Redis in
 //! another zone answers): there the store's wait dominates a request, so c=16 serves about
 //! 16 times c=1's requests per second (up to the CPU) when calls are awaited, and c=1's rate
-//! when they queue behind one blocking connection.
+//! when they queue behind one blocking connection. Then the outbound-HTTP-bound route the same
+//! way ([`outbound`]).
 //!
 //! `BENCH_SPIN_SERVE` names another `spin-serve` binary (e.g. one built from an older commit,
-//! to compare in the same conditions); `BENCH_DURATION` and `BENCH_REPS` as for the HTTP rows.
+//! to compare in the same conditions); `BENCH_DURATION` and `BENCH_REPS` as for the HTTP rows;
+//! `BENCH_BACKENDS` (`kv` or `outbound`) runs one of the two tables alone in
+//! `shim-bench backends`.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -20,6 +23,8 @@ use anyhow::{ensure, Context, Result};
 
 use super::http::{app_dir, pin_server, spawn_serving, wrk_pinned};
 use super::{env_num, parse_wrk, spread};
+
+mod outbound;
 
 /// Connection counts measured.
 const CONNS: [usize; 2] = [1, 16];
@@ -176,8 +181,36 @@ fn seed(addr: SocketAddr, store: &str) -> Result<()> {
     Ok(())
 }
 
+/// One row of a c=1 / c=16 table: `name`, each median (min-max), and their ratio.
+fn row(md: &mut String, name: &str, r: &[(f64, f64, f64)]) -> Result<()> {
+    let (c1, c16) = (r[0], r[1]);
+    writeln!(
+        md,
+        "| {name} | {:.0} ({:.0}-{:.0}) | {:.0} ({:.0}-{:.0}) | {:.2} |",
+        c1.0,
+        c1.1,
+        c1.2,
+        c16.0,
+        c16.1,
+        c16.2,
+        c16.0 / c1.0
+    )?;
+    Ok(())
+}
+
 /// Medians (and min-max) of `reps` wrk runs of `secs` against `url` at each of [`CONNS`].
 fn measure(url: &str, secs: usize, reps: usize, raw: &mut String) -> Result<Vec<(f64, f64, f64)>> {
+    measure_with(url, secs, reps, raw, &mut |_| Ok(()))
+}
+
+/// [`measure`], calling `after_run` with the connection count after each wrk run.
+fn measure_with(
+    url: &str,
+    secs: usize,
+    reps: usize,
+    raw: &mut String,
+    after_run: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<Vec<(f64, f64, f64)>> {
     let mut out = Vec::new();
     for conns in CONNS {
         let mut rps = Vec::new();
@@ -194,6 +227,7 @@ fn measure(url: &str, secs: usize, reps: usize, raw: &mut String) -> Result<Vec<
                 "{url} answered errors under load:\n{text}"
             );
             rps.push(w.rps);
+            after_run(conns)?;
         }
         let s = spread(&rps);
         out.push((s.median, s.min, s.max));
@@ -201,8 +235,8 @@ fn measure(url: &str, secs: usize, reps: usize, raw: &mut String) -> Result<Vec<
     Ok(out)
 }
 
-/// Runs the key-value rows and returns their markdown section.
-pub(crate) fn section() -> Result<String> {
+/// Runs the key-value rows and returns their markdown table and the raw wrk output.
+fn kv_section() -> Result<(String, String)> {
     let secs = env_num("BENCH_DURATION", 5)?;
     let reps = env_num("BENCH_REPS", 3)?;
     let work = tempfile::tempdir()?;
@@ -265,29 +299,55 @@ pub(crate) fn section() -> Result<String> {
         seed(addr, store)?;
         let url = format!("http://{addr}/kv/{KEY}?store={store}");
         let r = measure(&url, secs, reps, &mut raw)?;
-        let (c1, c16) = (r[0], r[1]);
-        writeln!(
-            md,
-            "| {name} | {:.0} ({:.0}-{:.0}) | {:.0} ({:.0}-{:.0}) | {:.2} |",
-            c1.0,
-            c1.1,
-            c1.2,
-            c16.0,
-            c16.1,
-            c16.2,
-            c16.0 / c1.0
-        )?;
+        row(&mut md, name, &r)?;
     }
+    drop(server);
+    Ok((md, raw))
+}
+
+/// The heading of the outbound-HTTP table, which follows the key-value one.
+const OUTBOUND_HEADING: &str = "Outbound HTTP under concurrency";
+
+/// Runs the key-value rows, then the outbound-HTTP rows, and returns their markdown: the
+/// key-value table, then the outbound one under its own `##` heading.
+pub(crate) fn section() -> Result<String> {
+    let (kv, mut raw) = kv_section()?;
+    let (out, out_raw) = outbound::section()?;
+    raw.push_str(&out_raw);
+    save_raw(&raw)?;
+    Ok(format!("{kv}\n## {OUTBOUND_HEADING}\n\n{out}"))
+}
+
+/// Writes the wrk output of the backend rows to `target/bench/samples-backends.txt`.
+fn save_raw(raw: &str) -> Result<()> {
     let out = integration::workspace_root().join("target/bench");
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join("samples-backends.txt"), raw)?;
-    drop(server);
-    Ok(md)
+    Ok(())
 }
 
-/// `shim-bench backends`: the key-value rows alone, into `target/bench/backends.md`.
+/// `shim-bench backends`: the key-value and outbound-HTTP rows alone (or one table, by
+/// `BENCH_BACKENDS`), into `target/bench/backends.md`.
 pub(crate) fn run_local() -> Result<()> {
-    let md = format!("# Key-value backends under concurrency\n\n{}", section()?);
+    let only = std::env::var("BENCH_BACKENDS").unwrap_or_default();
+    let kv_title = "# Key-value backends under concurrency";
+    let md = match only.as_str() {
+        "" => format!("{kv_title}\n\n{}", section()?),
+        "kv" => {
+            let (md, raw) = kv_section()?;
+            save_raw(&raw)?;
+            format!("{kv_title}\n\n{md}")
+        }
+        "outbound" => {
+            let (md, raw) = outbound::section()?;
+            save_raw(&raw)?;
+            format!("# {OUTBOUND_HEADING}\n\n{md}")
+        }
+        other => anyhow::bail!(
+            "BENCH_BACKENDS={other:?} is not a table of shim-bench backends: set `kv`, \
+             `outbound`, or unset it for both"
+        ),
+    };
     let path = integration::workspace_root().join("target/bench/backends.md");
     std::fs::write(&path, &md)?;
     println!("{md}\nreport: {}", path.display());
