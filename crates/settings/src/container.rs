@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::parse::Reader;
-use crate::{Role, SettingError};
+use crate::parse::{Reader, Role, SettingError};
 
 /// The HTTP trigger's listen address.
 pub const HTTP_LISTEN_ADDR: &str = "SPIN_HTTP_LISTEN_ADDR";
@@ -271,7 +270,7 @@ fn pair_error(r: &Reader<'_>, set: &str, value: &std::path::Path, missing: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::env;
+    use crate::parse::env_list as env;
 
     #[test]
     fn defaults() {

@@ -20,38 +20,7 @@ mod parse;
 pub mod serve;
 pub mod shim;
 
-pub use parse::{parse_duration, SettingError};
-
-/// Who reads a variable, and so where it comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The shim process and its helpers: the shim's environment (containerd's).
-    Shim,
-    /// The runtime inside a container: the container's environment (OCI spec).
-    Container,
-    /// `spin-serve`: its process environment.
-    Serve,
-}
-
-impl Role {
-    /// The name the README's table uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Shim => "shim",
-            Role::Container => "container",
-            Role::Serve => "spin-serve",
-        }
-    }
-
-    /// Where the role's variables come from, for error messages.
-    pub fn source(self) -> &'static str {
-        match self {
-            Role::Shim => "the shim's environment (containerd's)",
-            Role::Container => "the container's environment",
-            Role::Serve => "spin-serve's environment",
-        }
-    }
-}
+pub use parse::{lookup, parse_duration, process_env, Role, SettingError};
 
 /// One variable: its name, who reads it, its default and what it accepts.
 #[derive(Debug, Clone, Copy)]
@@ -123,39 +92,15 @@ pub const VARS: &[Var] = &[
     Var { name: serve::SOURCE_CACHE_DIR, roles: SERVE, default: "`$XDG_CACHE_HOME/spin-serve/url-sources` (else `~/.cache/...`, else the temp directory)", values: "directory" },
 ];
 
-/// The value of `name` in `env` (a process's or a container's `KEY=VALUE` list): the last
-/// one wins, as in a process environment built from the list.
-pub fn lookup<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    env.iter()
-        .rev()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
-/// This process's environment as a list (values that are not UTF-8 are left out: no
-/// setting takes one).
-pub fn process_env() -> Vec<(String, String)> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect()
-}
-
 /// The variables `role` reads.
 pub fn vars_of(role: Role) -> impl Iterator<Item = &'static Var> {
     VARS.iter().filter(move |v| v.roles.contains(&role))
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// An environment list of `pairs`.
-    pub(crate) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::parse::env_list as env;
 
     #[test]
     fn the_last_value_wins() {

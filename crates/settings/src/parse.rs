@@ -1,10 +1,58 @@
-//! Parsers for settings' values; each error names the variable, the value and the fix.
+//! Reading settings: who reads a variable ([`Role`]), environment lists ([`lookup`],
+//! [`process_env`]) and the parsers for values; each error names the variable, the value
+//! and the fix.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::Role;
+/// Who reads a variable, and so where it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The shim process and its helpers: the shim's environment (containerd's).
+    Shim,
+    /// The runtime inside a container: the container's environment (OCI spec).
+    Container,
+    /// `spin-serve`: its process environment.
+    Serve,
+}
+
+impl Role {
+    /// The name the README's table uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Shim => "shim",
+            Role::Container => "container",
+            Role::Serve => "spin-serve",
+        }
+    }
+
+    /// Where the role's variables come from, for error messages.
+    pub fn source(self) -> &'static str {
+        match self {
+            Role::Shim => "the shim's environment (containerd's)",
+            Role::Container => "the container's environment",
+            Role::Serve => "spin-serve's environment",
+        }
+    }
+}
+
+/// The value of `name` in `env` (a process's or a container's `KEY=VALUE` list): the last
+/// one wins, as in a process environment built from the list.
+pub fn lookup<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// This process's environment as a list (values that are not UTF-8 are left out: no
+/// setting takes one).
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
 
 /// A setting with a value it cannot take.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +104,7 @@ pub(crate) struct Reader<'a> {
 impl Reader<'_> {
     /// The trimmed value of `name`, `None` when unset or empty.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        crate::lookup(self.env, name)
+        lookup(self.env, name)
             .map(str::trim)
             .filter(|v| !v.is_empty())
     }
@@ -141,7 +189,7 @@ impl Reader<'_> {
 
     /// A path (untrimmed: file names may hold spaces).
     pub(crate) fn path(&self, name: &str) -> Option<PathBuf> {
-        crate::lookup(self.env, name)
+        lookup(self.env, name)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     }
@@ -162,6 +210,15 @@ impl Reader<'_> {
             )),
         }
     }
+}
+
+/// An environment list of `pairs` (for tests).
+#[cfg(test)]
+pub(crate) fn env_list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::container::ContainerSettings;
-use crate::parse::Reader;
-use crate::{Role, SettingError};
+use crate::parse::{process_env, Reader, Role, SettingError};
 
 /// spin-serve's cache of downloaded URL sources.
 pub const SOURCE_CACHE_DIR: &str = "SPIN_SERVE_SOURCE_CACHE_DIR";
@@ -76,7 +75,7 @@ pub fn source_cache_dir() -> Option<PathBuf> {
     match SERVE.get() {
         Some(s) => s.source_cache_dir.clone(),
         None => Reader {
-            env: &crate::process_env(),
+            env: &process_env(),
             role: Role::Serve,
         }
         .path(SOURCE_CACHE_DIR),

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::parse::Reader;
-use crate::{Role, SettingError};
+use crate::parse::{process_env, Reader, Role, SettingError};
 
 /// The shim's state directory (per-container app directories, its state file).
 pub const STATE_DIR: &str = "SPIN_SHIM_STATE_DIR";
@@ -141,7 +140,7 @@ impl ShimSettings {
         if let Some(s) = SETTINGS.get() {
             return Ok(s);
         }
-        let s = Self::from_env(&crate::process_env())?;
+        let s = Self::from_env(&process_env())?;
         Ok(SETTINGS.get_or_init(|| s))
     }
 
@@ -163,7 +162,7 @@ pub fn state_dir() -> PathBuf {
         return s.state_dir.clone();
     }
     Reader {
-        env: &crate::process_env(),
+        env: &process_env(),
         role: Role::Shim,
     }
     .path(STATE_DIR)
@@ -193,7 +192,7 @@ pub(crate) fn idle_release(r: &Reader<'_>) -> Result<Option<Duration>, SettingEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tests::env;
+    use crate::parse::env_list as env;
 
     #[test]
     fn defaults() {
