@@ -21,8 +21,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 
 use super::{measure_with, row, spin_serve, CONNS};
-use crate::env_num;
 use crate::http::{app_dir, pin_server, spawn_serving};
+use crate::{env_num, spread};
 
 /// The origin's body size.
 const BODY_BYTES: usize = 64;
@@ -156,6 +156,25 @@ impl Drop for Origin {
     }
 }
 
+/// CPU time `pid` has used so far, user and system, all threads (`/proc/<pid>/stat`).
+fn cpu_time(pid: u32) -> Result<Duration> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // Fields 14 and 15 (utime, stime), counted after the `(comm)` field, which may hold spaces.
+    let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64> {
+        let f = fields
+            .get(i)
+            .with_context(|| format!("{path}: no field {}", i + 3))?;
+        f.parse()
+            .with_context(|| format!("{path}: field {} is {f:?}", i + 3))
+    };
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 1000 / hz))
+}
+
 /// Runs the outbound-HTTP rows and returns their markdown (table and the raw wrk output).
 pub(crate) fn section() -> Result<(String, String)> {
     let secs = env_num("BENCH_DURATION", 5)?;
@@ -187,36 +206,49 @@ pub(crate) fn section() -> Result<(String, String)> {
          | origin | c=1 req/s | c=16 req/s | c=16 / c=1 |\n|---|---|---|---|\n",
         program.display()
     );
-    // The most requests open at the late origin at once during a run, by connection count.
-    let mut most = [0; CONNS.len()];
+    // Per row and connection count: spin-serve's CPU share of each run, and the most
+    // requests open at the origin at once in any run.
+    let mut notes = Vec::new();
     for (name, path) in [
         ("loopback, answers at once", "/"),
         ("loopback, answers 1 ms late", "/late"),
     ] {
         let target = format!("http://{addr}{}", url(path));
+        let mut busy: [Vec<f64>; CONNS.len()] = Default::default();
+        let mut most = [0; CONNS.len()];
         origin.load.wait_idle()?;
         origin.load.take_most();
+        let mut used = cpu_time(server.pid())?;
         let r = measure_with(&target, secs, reps, &mut raw, &mut |conns| {
+            let now = cpu_time(server.pid())?;
+            let i = CONNS.iter().position(|&c| c == conns).unwrap_or(0);
+            busy[i].push((now - used).as_secs_f64() / secs as f64);
             origin.load.wait_idle()?;
-            let seen = origin.load.take_most();
-            if path == "/late" {
-                let i = CONNS.iter().position(|&c| c == conns).unwrap_or(0);
-                most[i] = most[i].max(seen);
-            }
+            most[i] = most[i].max(origin.load.take_most());
+            used = cpu_time(server.pid())?;
             Ok(())
         })?;
         row(&mut md, name, &r)?;
+        let per_conns: Vec<String> = CONNS
+            .iter()
+            .zip(busy.iter().zip(most))
+            .map(|(c, (b, m))| {
+                format!(
+                    "c={c}: spin-serve busy {:.0}% of a CPU, up to {m} at the origin",
+                    spread(b).median * 100.0
+                )
+            })
+            .collect();
+        notes.push(format!("{name}: {}", per_conns.join("; ")));
     }
     drop(server);
-    let most: Vec<String> = CONNS
-        .iter()
-        .zip(most)
-        .map(|(c, m)| format!("{m} at c={c}"))
-        .collect();
     writeln!(
         md,
-        "\nMost requests waiting at the late origin at once during a run: {}.",
-        most.join(", ")
+        "\nspin-serve's CPU time (user + system, median of the runs) per second of wrk, and \
+         the most requests open at the origin at once:\n"
     )?;
+    for note in notes {
+        writeln!(md, "- {note}")?;
+    }
     Ok((md, raw))
 }
