@@ -124,7 +124,11 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
         match zygote::Client::start(logging::log_fd()) {
             Ok(z) => {
-                let _ = shim::ZYGOTE.set(Arc::new(z));
+                let z = Arc::new(z);
+                if let Some(period) = memory::idle_release_period() {
+                    z.spawn_idle_close(period);
+                }
+                let _ = shim::ZYGOTE.set(z);
             }
             Err(e) => {
                 tracing::error!("cannot start the container-creation helper: {e:#}");
