@@ -22,7 +22,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::ParentContext;
+use crate::state::{self, ParentContext};
 
 pub use crate::push::{enabled as metrics_enabled, export as export_metrics};
 
@@ -52,7 +52,7 @@ fn with_open<T>(f: impl FnOnce(&mut Vec<Open>) -> T) -> T {
 /// `fallback`, as [`outer_span_context`]): until it ends, spans started under that host span
 /// in the same trace are exported as its children. Nothing when traces are off.
 pub fn span_started(fallback: Option<&ParentContext>, guest: opentelemetry::trace::SpanContext) {
-    if !crate::enabled() {
+    if !state::enabled() {
         return;
     }
     let host = outer_span_context(fallback);
@@ -166,10 +166,10 @@ pub fn outer_span_context(fallback: Option<&ParentContext>) -> opentelemetry::tr
 /// Emits a log record a guest made (`wasi:otel/logs.on-emit`) under its instrumentation
 /// `scope`: `fill` sets its fields. Nothing when logs are off.
 pub fn emit_log(scope: InstrumentationScope, fill: impl FnOnce(&mut SdkLogRecord)) {
-    if !crate::logs_enabled() {
+    if !state::logs_enabled() {
         return;
     }
-    if let Some((provider, _)) = crate::LOGS.get() {
+    if let Some((provider, _)) = state::LOGS.get() {
         let logger = provider.logger_with_scope(scope);
         let mut record = logger.create_log_record();
         fill(&mut record);

@@ -35,6 +35,7 @@
 mod config;
 pub mod guest;
 mod push;
+mod state;
 mod transport;
 
 /// The OpenTelemetry API and SDK this crate exports with, for callers that build spans and
@@ -44,6 +45,7 @@ pub use opentelemetry_proto;
 pub use opentelemetry_sdk;
 
 pub use config::{OtlpConfig, Protocol, Signal, Tls};
+pub use state::{enabled, logs_enabled, metrics_enabled, ParentContext};
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,7 +60,7 @@ use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
@@ -72,7 +74,8 @@ use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt as _};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
-use transport::{export_runtime, Entered, OtlpHttpClient};
+use state::{ENABLED, LOGS, LOGS_ON, METRICS, METRICS_ON, PROVIDER};
+use transport::{export_runtime, grpc_metadata, http_client, Entered, EXPORT_TIMEOUT};
 
 /// Name of the spans wasmtime's `bindgen!` opens around a host import when the import has
 /// the `tracing` flag (fields `module` and `function`).
@@ -81,28 +84,6 @@ pub const HOST_CALL_SPAN: &str = "wit-bindgen import";
 /// Target of the tracing events [`app_log`] emits for an app's output (as Spin does, so that
 /// the output shows on the request's span); log layers that print should turn it off.
 pub const APP_LOG_TARGET: &str = "spin_app_log";
-
-static ENABLED: AtomicBool = AtomicBool::new(false);
-static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
-static METRICS: OnceLock<SdkMeterProvider> = OnceLock::new();
-static LOGS: OnceLock<(SdkLoggerProvider, SdkLogger)> = OnceLock::new();
-static METRICS_ON: AtomicBool = AtomicBool::new(false);
-static LOGS_ON: AtomicBool = AtomicBool::new(false);
-
-/// Whether a trace exporter is installed in this process (cheap; for the request path).
-pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
-}
-
-/// Whether a metrics exporter is installed ([`start_metrics_and_logs`]).
-pub fn metrics_enabled() -> bool {
-    METRICS_ON.load(Ordering::Relaxed)
-}
-
-/// Whether a log exporter is installed ([`start_metrics_and_logs`]).
-pub fn logs_enabled() -> bool {
-    LOGS_ON.load(Ordering::Relaxed)
-}
 
 /// Runs an exporter's calls on the export runtime.
 #[derive(Debug)]
@@ -200,40 +181,6 @@ impl<P: SpanProcessor> SpanProcessor for HostCallNames<P> {
     fn set_resource(&mut self, resource: &Resource) {
         self.0.set_resource(resource)
     }
-}
-
-/// gRPC metadata from the configured headers.
-fn grpc_metadata(config: &OtlpConfig) -> anyhow::Result<tonic::metadata::MetadataMap> {
-    let mut metadata = tonic::metadata::MetadataMap::new();
-    for (k, v) in &config.headers {
-        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-            .with_context(|| format!("OTLP header name {k:?} is not valid gRPC metadata"))?;
-        let value = v
-            .parse()
-            .with_context(|| format!("OTLP header {k:?} has a value that is not ASCII"))?;
-        metadata.insert(key, value);
-    }
-    Ok(metadata)
-}
-
-/// Collector answers wait at most this long (the SDK's default export timeout).
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The OTLP/HTTP client for `config` (rustls for `https://`).
-fn http_client(
-    config: &OtlpConfig,
-    handle: &tokio::runtime::Handle,
-) -> anyhow::Result<OtlpHttpClient> {
-    let tls = config
-        .tls
-        .as_ref()
-        .map(transport::rustls_config)
-        .transpose()?;
-    Ok(OtlpHttpClient {
-        tls,
-        handle: handle.clone(),
-        timeout: EXPORT_TIMEOUT,
-    })
 }
 
 /// Configures a tonic exporter builder for `config` (endpoint, metadata, TLS, timeout).
@@ -782,11 +729,6 @@ pub fn set_parent_from_metadata(
     let cx = TraceContextPropagator::new().extract(&MetadataExtractor(metadata));
     let _ = span.set_parent(cx);
 }
-
-/// A span's OpenTelemetry context, kept to parent spans made outside it (in another task,
-/// after it ended) without keeping the span itself open.
-#[derive(Clone, Debug, Default)]
-pub struct ParentContext(opentelemetry::Context);
 
 /// `span`'s context, for [`set_parent_context`].
 pub fn context_of(span: &tracing::Span) -> ParentContext {

@@ -14,7 +14,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
 use crate::config::{OtlpConfig, Protocol};
-use crate::transport::{self, OtlpHttpClient};
+use crate::transport::{self, grpc_metadata, http_client, OtlpHttpClient, EXPORT_TIMEOUT};
 
 /// How guest metrics reach the collector.
 enum Route {
@@ -35,11 +35,11 @@ static PUSHER: OnceLock<Pusher> = OnceLock::new();
 pub(crate) fn install(config: &OtlpConfig) -> anyhow::Result<()> {
     let handle = transport::export_runtime()?.handle().clone();
     let route = match config.protocol {
-        Protocol::HttpProtobuf => Route::Http(crate::http_client(config, &handle)?),
+        Protocol::HttpProtobuf => Route::Http(http_client(config, &handle)?),
         Protocol::Grpc => {
             let _guard = handle.enter();
             let mut endpoint = tonic::transport::Endpoint::from_shared(config.endpoint.clone())?
-                .timeout(crate::EXPORT_TIMEOUT);
+                .timeout(EXPORT_TIMEOUT);
             if let Some(tls) = &config.tls {
                 endpoint = endpoint.tls_config(transport::tonic_tls(tls)?)?;
             }
@@ -119,7 +119,7 @@ pub async fn export(mut request: ExportMetricsServiceRequest) -> Result<(), Stri
             Ok(())
         }
         Route::Grpc(channel) => {
-            let metadata = crate::grpc_metadata(&p.config).map_err(|e| failed(format!("{e:#}")))?;
+            let metadata = grpc_metadata(&p.config).map_err(|e| failed(format!("{e:#}")))?;
             let mut client = MetricsServiceClient::new(channel.clone());
             let call = p.handle.spawn(async move {
                 let mut req = tonic::Request::new(request);
@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn guest_resource_keys_win_and_ours_fill_in() {
         let config = OtlpConfig {
-            signal: crate::Signal::Metrics,
+            signal: crate::config::Signal::Metrics,
             endpoint: "http://127.0.0.1:4318/v1/metrics".into(),
             protocol: Protocol::HttpProtobuf,
             headers: Vec::new(),

@@ -13,7 +13,37 @@ use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use crate::config::Tls;
+use crate::config::{OtlpConfig, Tls};
+
+/// gRPC metadata from the configured headers.
+pub(crate) fn grpc_metadata(config: &OtlpConfig) -> anyhow::Result<tonic::metadata::MetadataMap> {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in &config.headers {
+        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+            .with_context(|| format!("OTLP header name {k:?} is not valid gRPC metadata"))?;
+        let value = v
+            .parse()
+            .with_context(|| format!("OTLP header {k:?} has a value that is not ASCII"))?;
+        metadata.insert(key, value);
+    }
+    Ok(metadata)
+}
+
+/// Collector answers wait at most this long (the SDK's default export timeout).
+pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The OTLP/HTTP client for `config` (rustls for `https://`).
+pub(crate) fn http_client(
+    config: &OtlpConfig,
+    handle: &tokio::runtime::Handle,
+) -> anyhow::Result<OtlpHttpClient> {
+    let tls = config.tls.as_ref().map(rustls_config).transpose()?;
+    Ok(OtlpHttpClient {
+        tls,
+        handle: handle.clone(),
+        timeout: EXPORT_TIMEOUT,
+    })
+}
 
 /// The exporters' own runtime: tonic and hyper need a reactor, and the SDK's batch and
 /// periodic threads have none.
