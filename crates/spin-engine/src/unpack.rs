@@ -1,6 +1,6 @@
 //! The helper's side of unpacking a Spin OCI artifact: what the shim asks
-//! ([`UnpackJob`]), what the helper does with its inputs ([`unpack_in_helper`]) and its
-//! verdict ([`Unpacked`]). The shim's side, which streams the layers from containerd and
+//! ([`UnpackJob`]), what the helper does with its inputs (`unpack_in_helper`) and its
+//! verdict (`Unpacked`). The shim's side, which streams the layers from containerd and
 //! takes the written directories back, is [`crate::artifact`]; the helper process that
 //! runs this is [`crate::compile_helper`].
 
