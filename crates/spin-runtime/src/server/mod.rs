@@ -55,6 +55,7 @@ pub(crate) use write_through;
 pub mod chain;
 pub(crate) mod h2_heads;
 pub(crate) mod h2c;
+mod prefetch;
 pub(crate) mod reuse;
 pub(crate) mod spin1;
 pub mod wagi;
@@ -600,7 +601,10 @@ where
     let req = absolute_uri(req, scheme).map(|body| body.map_err(Into::into).boxed_unsync());
     let started = std::time::Instant::now();
     let e = match instances.handle(tracing::Span::current(), req).await {
-        Ok(response) => return Ok(response),
+        Ok(response) => {
+            let (parts, body) = response.into_parts();
+            return Ok(Response::from_parts(parts, prefetch::prefetch(body).await));
+        }
         Err(e) => e,
     };
     let state = instances.state();
