@@ -766,8 +766,10 @@ async fn measure_memory(
         || -> Result<Vec<PodMemory>> { running.iter().map(|(_, r)| pod_memory(r)).collect() };
     let after = sample()?;
     // Idle: our processes give back what the requests faulted in once they have been quiet
-    // for SPIN_SHIM_IDLE_RELEASE_SECS (default 30 s); poll until every Spin pod's PSS fell
-    // by a tenth, for at most three such periods (the native pods are sampled alongside).
+    // for SPIN_SHIM_IDLE_RELEASE_SECS (default 30 s); poll until every Spin pod's container
+    // fell by a tenth (the pod's total is not enough: the server's own release alone, when
+    // it comes after the first sample, meets that), for at most three such periods (the
+    // native pods are sampled alongside).
     let t0 = Instant::now();
     let idle = loop {
         let now = sample()?;
@@ -775,7 +777,7 @@ async fn measure_memory(
             .iter()
             .zip(&now)
             .zip(&after)
-            .all(|(((t, _), n), a)| t.handler == "runc" || n.pss() * 10 < a.pss() * 9);
+            .all(|(((t, _), n), a)| t.handler == "runc" || n.container.0 * 10 < a.container.0 * 9);
         if released || t0.elapsed() > Duration::from_secs(3 * 30 + 5) {
             break now;
         }
@@ -909,14 +911,69 @@ async fn stats_latency(b: &mut Bench, cri: &mut Cri, calls: usize) -> Result<()>
     Ok(())
 }
 
-/// Starts `n` pods of `t` at once; returns (wall ms, pods up, answering, their summed
-/// memory, errors).
-async fn density_one(
-    b: &mut Bench,
-    cri: &Cri,
-    t: Target,
-    n: usize,
-) -> Result<(f64, usize, usize, PodMemory, Vec<String>)> {
+/// The summed memory of `pods` (a pod whose processes are gone counts nothing).
+fn pods_memory(pods: &[Running]) -> PodMemory {
+    let mut total = PodMemory::default();
+    for r in pods {
+        let m = pod_memory(r).unwrap_or_default();
+        for (sum, v) in [
+            (&mut total.shim, m.shim),
+            (&mut total.helper, m.helper),
+            (&mut total.container, m.container),
+            (&mut total.pause, m.pause),
+        ] {
+            *sum = (sum.0 + v.0, sum.1 + v.1);
+        }
+    }
+    total
+}
+
+/// The shim's idle period (`SPIN_SHIM_IDLE_RELEASE_SECS`, which the shims inherit from the
+/// bench through containerd; default 30 s).
+fn idle_period() -> Duration {
+    let secs = std::env::var("SPIN_SHIM_IDLE_RELEASE_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs)
+}
+
+/// Waits until the Spin pods are idle as a node sees them after their start: every pod's
+/// container-creation helper ended (one idle period without a create, checked each
+/// period) and the containers gave back what starting mapped; at most three periods and
+/// 5 s. Native pods do not change when idle: they are sampled at once.
+async fn wait_idle(t: Target, pods: &[Running]) -> Duration {
+    let t0 = Instant::now();
+    if t.handler == "runc" {
+        return t0.elapsed();
+    }
+    let period = idle_period();
+    while t0.elapsed() < period * 3 + Duration::from_secs(5) {
+        let helpers_gone = pods
+            .iter()
+            .all(|r| pod_memory(r).map(|m| m.helper.0 == 0).unwrap_or(true));
+        if helpers_gone && t0.elapsed() > period + Duration::from_secs(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    t0.elapsed()
+}
+
+/// One density row: wall time, pods up, answering, their summed memory once every pod
+/// answers (`start`) and once idle (`idle`, after `idle_wait`), errors.
+struct Density {
+    wall: f64,
+    up: usize,
+    answering: usize,
+    start: PodMemory,
+    idle: PodMemory,
+    idle_wait: Duration,
+    errors: Vec<String>,
+}
+
+/// Starts `n` pods of `t` at once and samples them started and idle.
+async fn density_one(b: &mut Bench, cri: &Cri, t: Target, n: usize) -> Result<Density> {
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..n {
@@ -937,7 +994,6 @@ async fn density_one(
     let wall = ms(t0.elapsed());
     // All answering, checked again once every pod is up.
     let mut answering = 0;
-    let mut total = PodMemory::default();
     for r in &up {
         let (addr, path) = (r.addr, t.path);
         let ok = tokio::task::spawn_blocking(move || {
@@ -947,21 +1003,16 @@ async fn density_one(
         if matches!(ok, Ok((200, _))) {
             answering += 1;
         }
-        // All sampled before any pod goes: PSS shares out pages among the live pods.
-        let m = pod_memory(r).unwrap_or_default();
-        for (sum, v) in [
-            (&mut total.shim, m.shim),
-            (&mut total.helper, m.helper),
-            (&mut total.container, m.container),
-            (&mut total.pause, m.pause),
-        ] {
-            *sum = (sum.0 + v.0, sum.1 + v.1);
-        }
     }
+    // All sampled before any pod goes: PSS shares out pages among the live pods.
+    let total = pods_memory(&up);
+    let idle_wait = wait_idle(t, &up).await;
+    let idle = pods_memory(&up);
     b.sample(format!(
-        "density {} pods {n} wall_ms {wall:.0} up {} answering {answering} total_kib {total:?} startups_ms {}",
+        "density {} pods {n} wall_ms {wall:.0} up {} answering {answering} total_kib {total:?} idle_kib {idle:?} (after {:.0} s) startups_ms {}",
         t.name,
         up.len(),
+        idle_wait.as_secs_f64(),
         up.iter()
             .map(|r| format!("{:.0}", ms(r.startup)))
             .collect::<Vec<_>>()
@@ -978,45 +1029,66 @@ async fn density_one(
             errors.push(format!("teardown: {e:#}"));
         }
     }
-    Ok((wall, up_count, answering, total, errors))
+    Ok(Density {
+        wall,
+        up: up_count,
+        answering,
+        start: total,
+        idle,
+        idle_wait,
+        errors,
+    })
 }
 
 async fn density(b: &mut Bench, cri: &Cri, n: usize) -> Result<()> {
     let mut rows = Vec::new();
     for t in [HELLO, NATIVE] {
-        let (wall, up, answering, total, errors) = density_one(b, cri, t, n).await?;
-        for e in errors.iter().take(3) {
+        let d = density_one(b, cri, t, n).await?;
+        for e in d.errors.iter().take(3) {
             eprintln!("density {}: {e}", t.name);
         }
-        rows.push((t, wall, answering, total, errors.len(), up));
+        rows.push((t, d));
     }
+    let idle_secs = rows[0].1.idle_wait.as_secs_f64();
     writeln!(
         b.report,
         "\n## 5. Density: {n} hello pods started concurrently (each its own loopback port)\n\n\
-         Wall = first RunPodSandbox -> every pod answered 200. Memory = PSS once every pod \
-         answers, per pod (summed over the pods that came up, divided by their number): shim = \
-         shim server + our container-creation helper, container = the server container's \
-         process, pause = the pause process; total = all three.\n\n\
-         | server | pods | wall s | answering | errors | shim PSS/pod MiB | container PSS/pod MiB | pause PSS/pod MiB | total PSS/pod MiB | total PSS MiB | ratio wall | ratio PSS/pod |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+         Wall = first RunPodSandbox -> every pod answered 200. Memory = PSS per pod (summed \
+         over the pods that came up, divided by their number): started = once every pod \
+         answers; idle = {idle_secs:.0} s later, once every Spin pod's container-creation \
+         helper ended after an idle period without a create and the containers gave back \
+         what starting mapped (`SPIN_SHIM_IDLE_RELEASE_SECS`, {} s; the native pods are \
+         sampled at once, idle does not change them). Shim = shim server + our \
+         container-creation helper, container = the server container's process, pause = the \
+         pause process; total = all three.\n\n\
+         | server | state | pods | wall s | answering | errors | shim PSS/pod MiB | container PSS/pod MiB | pause PSS/pod MiB | total PSS/pod MiB | total PSS MiB | ratio wall | ratio PSS/pod |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        idle_period().as_secs()
     )?;
     let per_pod = |m: &PodMemory, up: usize| (m.pss() + m.pause.0) as f64 / up.max(1) as f64;
-    let (bw, bt) = (rows[1].1, per_pod(&rows[1].3, rows[1].5));
-    for (t, wall, answering, total, errors, up) in &rows {
-        let per = |kib: u64| format!("{:.1}", kib as f64 / 1024.0 / (*up).max(1) as f64);
-        writeln!(
-            b.report,
-            "| {} ({}) | {n} | {:.1} | {answering} | {errors} | {} | {} | {} | {} | {} | {} | {} |",
-            t.name,
-            t.handler,
-            wall / 1000.0,
-            per(total.shim_side_pss()),
-            per(total.container.0),
-            per(total.pause.0),
-            per(total.pss() + total.pause.0),
-            mib(total.pss() + total.pause.0),
-            ratio(*wall, bw),
-            ratio(per_pod(total, *up), bt)
-        )?;
+    let native = &rows[1].1;
+    for (t, d) in &rows {
+        let per = |kib: u64| format!("{:.1}", kib as f64 / 1024.0 / d.up.max(1) as f64);
+        for (state, m, base) in [
+            ("started", &d.start, &native.start),
+            ("idle", &d.idle, &native.idle),
+        ] {
+            writeln!(
+                b.report,
+                "| {} ({}) | {state} | {n} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                t.name,
+                t.handler,
+                d.wall / 1000.0,
+                d.answering,
+                d.errors.len(),
+                per(m.shim_side_pss()),
+                per(m.container.0),
+                per(m.pause.0),
+                per(m.pss() + m.pause.0),
+                mib(m.pss() + m.pause.0),
+                ratio(d.wall, native.wall),
+                ratio(per_pod(m, d.up), per_pod(base, native.up))
+            )?;
+        }
     }
     Ok(())
 }
