@@ -74,25 +74,26 @@ fn main() {
     );
 }
 
-/// Links the glibc build as a position-dependent executable (`-no-pie`) unless
-/// `SHIM_LINK_PIE=1`. Every process of a pod (server, container-creation helper, each Wasm
-/// container) maps this ~240 MB binary; a PIE gets its 3.2 MB of relocated data
-/// (`.data.rel.ro`, `.got`) written by the loader at a random base, a private copy per
-/// exec'd process, while a non-PIE's is resolved at link time and stays clean, shared by
-/// every pod on the node (as Debian's Go-built `containerd-shim-runc-v2` is). The price is
-/// ASLR of the executable image itself (heap, stacks, libraries, JIT code and Wasm memories
-/// stay randomized). Dependencies are compiled as PIC either way: only the link changes.
-/// musl builds (static-pie) are left as they are.
+/// Links the glibc build as a position-dependent executable (`-no-pie`) when
+/// `SHIM_LINK_NO_PIE=1`; the default is a PIE. Every process of a pod (server,
+/// container-creation helper, each Wasm container) maps this ~240 MB binary; a PIE gets its
+/// 3.2 MB of relocated data (`.data.rel.ro`, `.got`) written by the loader at a random base,
+/// a private copy per exec'd process, while a non-PIE's is resolved at link time and stays
+/// clean, shared by every pod on the node. The price of the opt-in is ASLR of the executable
+/// image, in the process that runs untrusted Wasm too (heap, stacks, libraries, JIT code and
+/// Wasm memories stay randomized). Dependencies are compiled as PIC either way: only the
+/// link changes. musl builds (static-pie) are left as they are.
 fn link_non_pie() {
-    println!("cargo:rerun-if-env-changed=SHIM_LINK_PIE");
-    let pie = match std::env::var("SHIM_LINK_PIE").as_deref() {
+    println!("cargo:rerun-if-env-changed=SHIM_LINK_NO_PIE");
+    let no_pie = match std::env::var("SHIM_LINK_NO_PIE").as_deref() {
         Ok("1") => true,
         Ok("0") | Ok("") | Err(_) => false,
         Ok(other) => fail(&format!(
-            "SHIM_LINK_PIE={other:?}: set it to 1 (link a PIE) or 0 / unset (non-PIE, the default)"
+            "SHIM_LINK_NO_PIE={other:?}: set it to 1 (link non-PIE: pods share the relocated \
+             data, the executable is not randomized) or 0 / unset (a PIE, the default)"
         )),
     };
-    if !pie && env("CARGO_CFG_TARGET_ENV") == "gnu" {
+    if no_pie && env("CARGO_CFG_TARGET_ENV") == "gnu" {
         println!("cargo:rustc-link-arg-bins=-no-pie");
     }
 }
