@@ -597,3 +597,114 @@ fn block_networks_pin_mqtts_to_the_checked_addresses() {
         broker.clients_log()
     );
 }
+
+/// A loopback HTTP/1.1 origin that keeps its connections alive (`200 ok` to every request
+/// on a connection) and counts the connections it accepted.
+struct KeepAliveOrigin {
+    addr: std::net::SocketAddr,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KeepAliveOrigin {
+    fn start() -> Self {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        use std::time::Duration;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (count, st) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut handlers = Vec::new();
+            while !st.load(Ordering::SeqCst) {
+                let Ok((mut conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let st = st.clone();
+                handlers.push(std::thread::spawn(move || {
+                    conn.set_nonblocking(false).unwrap();
+                    conn.set_read_timeout(Some(Duration::from_millis(200)))
+                        .unwrap();
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !st.load(Ordering::SeqCst) {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if conn.write_all(reply).is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                        match conn.read(&mut chunk) {
+                            Ok(0) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                            Err(_) => return,
+                        }
+                    }
+                }));
+            }
+            for h in handlers {
+                let _ = h.join();
+            }
+        });
+        KeepAliveOrigin {
+            addr,
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for KeepAliveOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn connection_pooling_reuses_one_connection_for_sequential_requests() {
+    const N: usize = 5;
+    for (config, want) in [
+        // Spin's default: pooled.
+        ("", 1),
+        (
+            "[outbound_http]\nconnection_pooling = true\nmax_connections = 1\n",
+            1,
+        ),
+        ("[outbound_http]\nconnection_pooling = false\n", N),
+    ] {
+        let origin = KeepAliveOrigin::start();
+        let app = app(OUTBOUND, "http://127.0.0.1:*");
+        runtime_config(app.path(), config);
+        let server = Server::start(app.path(), &[]);
+        let url = format!("http://127.0.0.1:{}/", origin.addr.port());
+        for i in 0..N {
+            let got = fetch(&server, &url);
+            assert_eq!(got.0, 200, "{config:?} request {i}: {}", got.1);
+            assert!(got.1.contains("ok"), "{config:?} request {i}: {}", got.1);
+        }
+        assert_eq!(
+            origin.accepted(),
+            want,
+            "{config:?}: connections accepted for {N} sequential requests"
+        );
+        drop(server);
+    }
+}

@@ -10,7 +10,7 @@
 //!
 //! [outbound_http]
 //! max_connections = 10            # or the deprecated max_concurrent_requests = N (N + 1)
-//! connection_pooling = false
+//! connection_pooling = false      # default true: keep-alive reuse (see outbound/http_pool.rs)
 //!
 //! [outbound_redis] / [outbound_pg] / [outbound_mysql]
 //! max_connections = 10
@@ -43,6 +43,8 @@ use std::time::Duration;
 use ip_network::IpNetwork;
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::outbound::http_pool::HttpPool;
 
 /// The runtime-config sections this module reads.
 pub const SECTIONS: &[&str] = &[
@@ -159,8 +161,7 @@ struct NetworkingToml {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HttpToml {
-    #[serde(default)]
-    connection_pooling: bool,
+    connection_pooling: Option<bool>,
     max_connections: Option<usize>,
     max_concurrent_requests: Option<usize>,
 }
@@ -243,7 +244,7 @@ pub fn parse_section(
                     }
                     (None, None) => None,
                 };
-            config.http_connection_pooling = Some(t.connection_pooling);
+            config.http_connection_pooling = t.connection_pooling;
         }
         ("outbound_mqtt", Some(kind)) => {
             let t: MqttToml = read(value, section, origin)?;
@@ -307,6 +308,9 @@ pub struct NetworkPolicy {
     config: PolicyConfig,
     total: Option<Arc<Semaphore>>,
     per_kind: [Option<Arc<Semaphore>>; 5],
+    /// The app's idle outbound HTTP connections; `None` with `connection_pooling = false`
+    /// (and in the default policy, which has no app).
+    http_pool: Option<Arc<HttpPool>>,
 }
 
 impl NetworkPolicy {
@@ -325,17 +329,28 @@ impl NetworkPolicy {
                 }
             }
         }
-        if config.http_connection_pooling == Some(true) {
-            tracing::info!(
-                "[outbound_http] connection_pooling = true: this runtime opens one connection \
-                 per outbound HTTP request (as connection_pooling = false)"
-            );
-        }
         NetworkPolicy {
             total: sem(config.max_total_connections),
             per_kind,
+            http_pool: config
+                .http_connection_pooling
+                .unwrap_or(true)
+                .then(Default::default),
             config,
         }
+    }
+
+    /// The app's outbound HTTP connection pool, unless `connection_pooling = false`.
+    pub fn http_pool(&self) -> Option<&Arc<HttpPool>> {
+        self.http_pool.as_ref()
+    }
+
+    /// Whether a new `kind` connection would wait for a permit now.
+    pub fn would_wait(&self, kind: Kind) -> bool {
+        [&self.per_kind[kind.index()], &self.total]
+            .into_iter()
+            .flatten()
+            .any(|s| s.available_permits() == 0)
     }
 
     /// The policy of the app in `app_dir` with `config`: one per app and process, so that
@@ -620,6 +635,10 @@ mod tests {
         assert_eq!(c.max_connections[Kind::Http.index()], Some(1));
         assert_eq!(c.max_connections[Kind::Pg.index()], Some(2));
         assert_eq!(c.mqtt_max_payload_size_bytes, Some(10));
+        // Pooling is Spin's default; `connection_pooling = false` turns it off.
+        assert!(NetworkPolicy::new(c).http_pool().is_some());
+        let off = parse("[outbound_http]\nconnection_pooling = false").unwrap();
+        assert!(NetworkPolicy::new(off).http_pool().is_none());
 
         let e = parse("[outbound_networking]\nblock_networks = [\"10.0.0.1\"]").unwrap_err();
         let e = format!("{e:#}");

@@ -369,6 +369,8 @@ fn encode_userinfo(address: &str) -> String {
     out
 }
 
+pub mod http_pool;
+
 /// The future that drives an outbound HTTP connection until it closes.
 pub type ConnectionTask =
     Box<dyn std::future::Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>;
@@ -379,6 +381,9 @@ pub type ConnectionTask =
 /// permit of `[outbound_http] max_connections` and `max_total_connections` and holds it
 /// until it closes, and TLS verifies the host name. The request options' connect,
 /// first-byte and between-bytes timeouts apply (default 600 s each, as wasmtime-wasi-http).
+/// With the policy's connection pool ([`http_pool`]), an idle connection of the same
+/// component, origin and TLS config is reused (it was checked when it was made), and the
+/// connection goes back to the pool when the response body was read to its end.
 pub async fn send_http(
     policy: &super::network_policy::NetworkPolicy,
     component: &str,
@@ -388,7 +393,6 @@ pub async fn send_http(
 ) -> Result<(http::Response<wasmtime_wasi_http::WasiBody>, ConnectionTask), wasmtime_wasi_http::Error>
 {
     use super::network_policy::{ConnectError, Kind};
-    use http_body_util::BodyExt as _;
     use std::time::Duration;
     use wasmtime_wasi_http::Error;
 
@@ -406,6 +410,54 @@ pub async fn send_http(
     let connect_timeout = option(|o| o.connect_timeout);
     let first_byte_timeout = option(|o| o.first_byte_timeout);
     let between_bytes_timeout = option(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
+    *req.uri_mut() = http::Uri::builder()
+        .path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .build()
+        .map_err(|_| Error::HttpRequestUriInvalid)?;
+    let respond = |resp: http::Response<hyper::body::Incoming>,
+                   reuse: Option<http_pool::Pooled>| {
+        resp.map(|incoming| {
+            use http_body_util::BodyExt as _;
+            BetweenBytes {
+                incoming,
+                timeout: between_bytes_timeout,
+                deadline: Box::pin(tokio::time::sleep(between_bytes_timeout)),
+                reuse,
+            }
+            .boxed_unsync()
+        })
+    };
+
+    let pool = policy.http_pool();
+    let key = http_pool::Key::new(component, &host, port, tls.as_ref());
+    if let Some(pool) = pool {
+        // Idle connections first; one that closed meanwhile gives the request back.
+        while let Some(mut sender) = pool.take(&key) {
+            if !matches!(
+                tokio::time::timeout(connect_timeout, sender.ready()).await,
+                Ok(Ok(()))
+            ) {
+                continue;
+            }
+            let sent = tokio::time::timeout(first_byte_timeout, sender.try_send_request(req))
+                .await
+                .map_err(|_| Error::ConnectionReadTimeout)?;
+            match sent {
+                Ok(resp) => {
+                    let reuse = http_pool::Pooled::new(pool, key, sender, tls);
+                    return Ok((respond(resp, Some(reuse)), Box::new(async { Ok(()) })));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(Error::Hyper(e.into_error())),
+                },
+            }
+        }
+        if policy.would_wait(Kind::Http) {
+            pool.evict_oldest();
+        }
+    }
+
     let (tcp, permit) = policy
         .connect(component, Kind::Http, &host, port, connect_timeout)
         .await
@@ -418,14 +470,14 @@ pub async fn send_http(
             ConnectError::Connect { error, .. } => Error::Connect(error),
             ConnectError::Timeout { .. } => Error::ConnectionTimeout,
         })?;
-    let io: Box<dyn Io> = match tls {
+    let io: Box<dyn Io> = match &tls {
         None => Box::new(tcp),
         Some(config) => {
             let name =
                 rustls::pki_types::ServerName::try_from(host.trim_matches(['[', ']']).to_string())
                     .map_err(Error::InvalidDnsNameError)?;
             Box::new(
-                tokio_rustls::TlsConnector::from(config)
+                tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name, tcp)
                     .await
                     .map_err(|e| {
@@ -447,10 +499,6 @@ pub async fn send_http(
     .await
     .map_err(|_| Error::ConnectionTimeout)?
     .map_err(Error::Hyper)?;
-    *req.uri_mut() = http::Uri::builder()
-        .path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-        .build()
-        .map_err(|_| Error::HttpRequestUriInvalid)?;
     let conn = tokio::spawn(async move {
         let r = conn.await;
         drop(permit);
@@ -460,16 +508,13 @@ pub async fn send_http(
         .await
         .map_err(|_| Error::ConnectionReadTimeout)?
         .map_err(Error::Hyper)?;
-    let resp = resp.map(|incoming| {
-        BetweenBytes {
-            incoming,
-            timeout: between_bytes_timeout,
-            deadline: Box::pin(tokio::time::sleep(between_bytes_timeout)),
-        }
-        .boxed_unsync()
-    });
+    if let Some(pool) = pool {
+        // The connection outlives this request: its task is the pool's, not the guest's.
+        let reuse = http_pool::Pooled::new(pool, key, sender, tls);
+        return Ok((respond(resp, Some(reuse)), Box::new(async { Ok(()) })));
+    }
     Ok((
-        resp,
+        respond(resp, None),
         Box::new(async move {
             match conn.await {
                 Ok(r) => r.map_err(Error::Hyper),
@@ -484,11 +529,24 @@ trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Io for T {}
 
 /// A response body that fails with `ConnectionReadTimeout` when no frame comes within the
-/// request's between-bytes timeout.
+/// request's between-bytes timeout. A pooled connection (`reuse`) goes back to its pool when
+/// the body ends.
 struct BetweenBytes {
     incoming: hyper::body::Incoming,
     timeout: std::time::Duration,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    reuse: Option<http_pool::Pooled>,
+}
+
+impl Drop for BetweenBytes {
+    fn drop(&mut self) {
+        // A body with nothing (more) to read, dropped unread: the connection is idle.
+        if hyper::body::Body::is_end_stream(&self.incoming) {
+            if let Some(reuse) = self.reuse.take() {
+                reuse.release();
+            }
+        }
+    }
 }
 
 impl hyper::body::Body for BetweenBytes {
@@ -508,11 +566,18 @@ impl hyper::body::Body for BetweenBytes {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
+                self.reuse = None;
                 Poll::Ready(Some(Err(wasmtime_wasi_http::Error::Hyper(e))))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                if let Some(reuse) = self.reuse.take() {
+                    reuse.release();
+                }
+                Poll::Ready(None)
+            }
             Poll::Pending => match self.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => {
+                    self.reuse = None;
                     Poll::Ready(Some(Err(wasmtime_wasi_http::Error::ConnectionReadTimeout)))
                 }
                 Poll::Pending => Poll::Pending,
