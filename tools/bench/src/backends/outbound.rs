@@ -198,9 +198,9 @@ pub(crate) fn section() -> Result<(String, String)> {
     pin_server(server.pid())?;
     let mut raw = String::new();
     let mut md = format!(
-        "spin-outbound under `{}`: each request one outbound `GET` (`spin_sdk::http::send`) on \
-         a new connection (this runtime keeps no outbound connection pool) to a hyper \
-         HTTP/1.1 origin on loopback (not pinned) answering {BODY_BYTES} bytes; wrk, {secs} \
+        "spin-outbound under `{}`: each request one outbound `GET` (`spin_sdk::http::send`) over \
+         the app's keep-alive connection pool (`[outbound_http] connection_pooling`, on by \
+         default) to a hyper HTTP/1.1 origin on loopback (not pinned) answering {BODY_BYTES} bytes; wrk, {secs} \
          s per run, median of {reps} runs (min-max); the last row's origin answers each \
          request {LATE:?} late.\n\n\
          | origin | c=1 req/s | c=16 req/s | c=16 / c=1 |\n|---|---|---|---|\n",
