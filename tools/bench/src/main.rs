@@ -289,15 +289,20 @@ fn children_of(parent: u32) -> Vec<u32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
             // The parent pid is the second field after the parenthesised command.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            proc_stat_fields(*pid)
                 .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 1..];
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
+                .and_then(|f| f.get(1)?.parse::<u32>().ok())
                 == Some(parent)
         })
         .collect()
+}
+
+/// The fields of `/proc/<pid>/stat` after the parenthesised command (which may hold spaces):
+/// index 0 is the state (field 3 of proc(5)), 1 the parent pid, 11 and 12 utime and stime.
+pub(crate) fn proc_stat_fields(pid: u32) -> std::io::Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    Ok(after_comm.split_whitespace().map(str::to_string).collect())
 }
 
 /// Memory of one pod (the helper is found among the shim's children: the one running the

@@ -159,10 +159,7 @@ impl Drop for Origin {
 /// CPU time `pid` has used so far, user and system, all threads (`/proc/<pid>/stat`).
 fn cpu_time(pid: u32) -> Result<Duration> {
     let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    // Fields 14 and 15 (utime, stime), counted after the `(comm)` field, which may hold spaces.
-    let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let fields = crate::proc_stat_fields(pid).with_context(|| format!("reading {path}"))?;
     let ticks = |i: usize| -> Result<u64> {
         let f = fields
             .get(i)
