@@ -88,13 +88,6 @@ fn main() {
         );
         return;
     }
-    // Every setting of the shim is checked before it serves; `delete` cleans up whatever the
-    // environment says, so that a bad value never leaves a container behind.
-    if !args.iter().any(|a| a == "delete") {
-        if let Err(e) = spin_shim_settings::shim::ShimSettings::init() {
-            eprintln!("containerd-shim-spin-v2: {e}");
-            std::process::exit(1);
-        }
-    }
+    // run_shim checks every setting of the shim before it serves.
     wasm_shim_core::run_shim(std::sync::Arc::new(spin_engine::SpinEngine));
 }

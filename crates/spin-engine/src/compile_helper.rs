@@ -558,18 +558,17 @@ impl Sandbox {
         drop(child);
         drop(cmd);
         drop(high);
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            // SAFETY: kill of the process just started (it cannot have been reaped: the
-            // pidfd could not be opened only if it is gone or the kernel refuses).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            return Err(e).context("pidfd_open of the compile helper");
-        }
+        let pidfd = match wasm_shim_core::fds::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: kill of the process just started (it cannot have been reaped: the
+                // pidfd could not be opened only if it is gone or the kernel refuses).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return Err(e).context("pidfd_open of the compile helper");
+            }
+        };
         Ok(Running {
-            // SAFETY: a fresh descriptor owned by nobody else.
-            pidfd: unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
+            pidfd,
             request: Some(request_w),
             replies: replies_r,
             stderr: stderr_r,
@@ -810,16 +809,7 @@ impl Running {
     /// Kills the helper (its worker dies with it, and with the worker its PID namespace)
     /// and collects its exit unless the shim's reaper already did.
     fn end(&self) {
-        // SAFETY: pidfd_send_signal on our own pidfd; no siginfo.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        let _ = wasm_shim_core::fds::pidfd_signal(self.pidfd.as_fd(), libc::SIGKILL);
         let _ = poll_readable(&[self.pidfd.as_fd()], 5000);
         // SAFETY: waitid on our pidfd into a zeroed siginfo; ECHILD once reaped elsewhere.
         unsafe {

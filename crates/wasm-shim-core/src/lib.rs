@@ -38,6 +38,8 @@ pub mod content;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod fds;
+pub mod fork_server;
 pub mod logging;
 pub mod memory;
 pub mod oom;
@@ -89,8 +91,8 @@ const SERVER_WORKERS: usize = 2;
 
 /// Entry point of the shim binary: `engine` runs what it can handle, the built-in WASI
 /// engine and native programs the rest; the runtime id and state paths derive from the
-/// engine's name. Parses containerd's arguments; in the server process starts the
-/// container-creation helper ([`zygote`], a fresh single-threaded exec of this binary), then
+/// engine's name. Parses containerd's arguments; in the server process forks the
+/// [`fork_server`] and starts the container-creation helper ([`zygote`]) from it, then
 /// runs the async shim on tokio. Run as `<binary> --container-creation-helper` it is that
 /// helper.
 pub fn run_shim(engine: Arc<dyn Engine>) {
@@ -112,17 +114,38 @@ pub fn run_shim(engine: Arc<dyn Engine>) {
         println!("{runtime_id} {}", env!("CARGO_PKG_VERSION"));
         return;
     }
+    // First, while this process is single-threaded and before the allocator is tuned for
+    // the server: helpers and their containers are forked from it.
+    let fork_server =
+        server.then(|| fork_server::ForkServer::start(ShimExecutor::new(setup.engines.clone())));
+    // Every setting of the shim is checked before it serves (after the fork: what the fork
+    // server copies never held the environment's values); `delete` cleans up whatever the
+    // environment says, so that a bad value never leaves a container behind.
+    if !args.iter().any(|a| a == "delete") {
+        if let Err(e) = spin_shim_settings::shim::ShimSettings::init() {
+            eprintln!("containerd-shim-{}-v2: {e}", setup.names.engine);
+            std::process::exit(1);
+        }
+    }
     logging::init(
         server,
         &format!("containerd-shim-{}-v2", setup.names.engine),
     );
     if server {
+        let fork_server = match fork_server {
+            Some(Ok(f)) => Some(f),
+            Some(Err(e)) => {
+                tracing::warn!("no fork server ({e:#}): container-creation helpers are exec'd");
+                None
+            }
+            None => None,
+        };
         // Before the helper's spawner thread, the first thread besides this one.
         memory::single_malloc_arena();
         // Orphaned container processes must come back to us, not to PID 1.
         // SAFETY: plain prctl.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
-        match zygote::Client::start(logging::log_fd()) {
+        match zygote::Client::start(logging::log_fd(), fork_server) {
             Ok(z) => {
                 let z = Arc::new(z);
                 if let Some(period) = memory::idle_release_period() {

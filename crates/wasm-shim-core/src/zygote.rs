@@ -1,11 +1,15 @@
 //! The single-threaded helper ("zygote") that creates containers.
 //!
 //! libcontainer clones the container's processes and runs Rust code in the clones, which
-//! is only sound from a single-threaded process. The helper is a fresh exec of the shim
-//! binary (`<shim> --container-creation-helper`, started through `std::process::Command`,
-//! i.e. fork immediately followed by exec), so it is single-threaded whenever and from
-//! wherever it is started: first before the server's tokio runtime starts, and again
-//! whenever it died. It serves create requests (JSON lines over a socketpair that is its
+//! is only sound from a single-threaded process. The helper is a clone of the
+//! [`crate::fork_server`], a single-threaded fork of the server made before the server
+//! started any thread (so the pod's processes share the binary's relocated data), or,
+//! when the fork server is not there, a fresh exec of the shim binary
+//! (`<shim> --container-creation-helper`, started through `std::process::Command`, i.e.
+//! fork immediately followed by exec). Either way it is single-threaded whenever it is
+//! started: first before the server's tokio runtime starts, and again whenever it died or
+//! ended idle. Both kinds show `<shim> --container-creation-helper` as their command line
+//! and start with an empty environment. It serves create requests (JSON lines over a socketpair that is its
 //! stdin) and builds each container with `as_sibling(true)`, so the container's init
 //! becomes a child of the shim server (which reaps it and reports its exit status).
 //! The helper never compiles Wasm; that happens in the container's init process.
@@ -31,7 +35,8 @@ use libcontainer::syscall::syscall::SyscallType;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::ShimExecutor;
-use crate::stdio;
+use crate::fork_server::ForkServer;
+use crate::{fds, stdio};
 
 /// Name of the container inside its own libcontainer state root (one root per container
 /// keeps unix socket paths short).
@@ -99,19 +104,37 @@ struct Helper {
 }
 
 /// Starts helpers from one long-lived thread: a helper gets SIGKILL when the thread that
-/// started it ends (PR_SET_PDEATHSIG follows the thread), so never from a pool thread.
+/// started it ends (PR_SET_PDEATHSIG follows the thread), so never from a pool thread. A
+/// helper comes from the [`ForkServer`] while it serves (sharing the server's relocated
+/// data), else from an exec of the shim binary.
 struct Spawner {
     requests: Mutex<mpsc::Sender<mpsc::SyncSender<anyhow::Result<Helper>>>>,
 }
 
 impl Spawner {
-    fn start(stderr: Option<OwnedFd>) -> anyhow::Result<Self> {
+    fn start(stderr: Option<OwnedFd>, fork_server: Option<ForkServer>) -> anyhow::Result<Self> {
         let (tx, rx) = mpsc::channel::<mpsc::SyncSender<anyhow::Result<Helper>>>();
         std::thread::Builder::new()
             .name("helper-spawner".into())
             .spawn(move || {
+                let mut fork_server = fork_server;
                 for reply in rx {
-                    let _ = reply.send(spawn_helper(stderr.as_ref()));
+                    let forked = fork_server
+                        .as_ref()
+                        .map(|f| fork_helper(f, stderr.as_ref()));
+                    let helper = match forked {
+                        Some(Ok(h)) => Ok(h),
+                        Some(Err(e)) => {
+                            tracing::warn!(
+                                "the fork server could not start a container-creation helper \
+                                 ({e:#}); exec'ing helpers from now on"
+                            );
+                            fork_server = None;
+                            spawn_helper(stderr.as_ref())
+                        }
+                        None => spawn_helper(stderr.as_ref()),
+                    };
+                    let _ = reply.send(helper);
                 }
             })
             .context("starting the container-creation helper's spawner thread")?;
@@ -171,28 +194,36 @@ fn spawn_helper(stderr: Option<&OwnedFd>) -> anyhow::Result<Helper> {
     let pid = child.id() as i32;
     // The shim's reaper collects the helper's exit; the pidfd tells us about it.
     drop(child);
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("pidfd_open of the container-creation helper (pid {pid})"));
+    let pidfd = fds::pidfd_open(pid)
+        .with_context(|| format!("pidfd_open of the container-creation helper (pid {pid})"))?;
+    Helper::started(ours, pid, pidfd)
+}
+
+/// Starts one helper through the fork server.
+fn fork_helper(fork_server: &ForkServer, stderr: Option<&OwnedFd>) -> anyhow::Result<Helper> {
+    let (ours, theirs) = UnixStream::pair().context("socketpair for the helper")?;
+    let (pid, pidfd) = fork_server.spawn(OwnedFd::from(theirs), stderr.map(|e| e.as_fd()))?;
+    Helper::started(ours, pid, pidfd)
+}
+
+impl Helper {
+    /// A helper just started on `ours`' peer: sends it its settings.
+    fn started(ours: UnixStream, pid: i32, pidfd: OwnedFd) -> anyhow::Result<Helper> {
+        let mut settings = serde_json::to_vec(&HelperSettings::from_env())?;
+        settings.push(b'\n');
+        // A few hundred bytes into an empty socket buffer: never blocks.
+        (&ours)
+            .write_all(&settings)
+            .context("sending the container-creation helper its settings")?;
+        ours.set_nonblocking(true)?;
+        tracing::debug!(pid, "container-creation helper started");
+        Ok(Helper {
+            stream: ours,
+            pid,
+            pidfd,
+            buf: Vec::new(),
+        })
     }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut settings = serde_json::to_vec(&HelperSettings::from_env())?;
-    settings.push(b'\n');
-    // A few hundred bytes into an empty socket buffer: never blocks.
-    (&ours)
-        .write_all(&settings)
-        .context("sending the container-creation helper its settings")?;
-    ours.set_nonblocking(true)?;
-    tracing::debug!(pid, "container-creation helper started");
-    Ok(Helper {
-        stream: ours,
-        pid,
-        pidfd,
-        buf: Vec::new(),
-    })
 }
 
 impl Helper {
@@ -255,17 +286,9 @@ impl Helper {
     /// Kills the helper and the processes it started itself (hooks; the containers'
     /// processes are the server's children and are the failed create's to clean up).
     fn kill(&self) {
+        // A helper that is gone takes no signal; that is all an error here can say.
         let signal = |sig: i32| {
-            // SAFETY: pidfd_send_signal on our own pidfd, no siginfo.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    self.pidfd.as_raw_fd(),
-                    sig,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                )
-            }
+            let _ = fds::pidfd_signal(self.pidfd.as_fd(), sig);
         };
         if self.exited() {
             // Its pid may already name another process: nothing to look up by it.
@@ -343,9 +366,10 @@ fn poll_readable(fds: &[std::os::fd::BorrowedFd<'_>], ms: i32) -> std::io::Resul
 }
 
 impl Client {
-    /// Starts the helper. `stderr`: where the helper logs (the server's log), else nowhere.
-    pub fn start(stderr: Option<OwnedFd>) -> anyhow::Result<Self> {
-        let spawner = Spawner::start(stderr)?;
+    /// Starts the helper. `stderr`: where the helper logs (the server's log), else nowhere;
+    /// `fork_server`: where helpers come from while it serves (else each is an exec).
+    pub fn start(stderr: Option<OwnedFd>, fork_server: Option<ForkServer>) -> anyhow::Result<Self> {
+        let spawner = Spawner::start(stderr, fork_server)?;
         let helper = spawner.spawn()?;
         Ok(Client {
             helper: Mutex::new(Some(helper)),
@@ -501,23 +525,8 @@ pub fn helper_main(executor: ShimExecutor) -> ! {
     // would hold its sockets for their lifetime), and give 0 and 1 to /dev/null; stderr
     // stays the server's log.
     const SOCK: libc::c_int = 3;
-    // SAFETY: dup2/fcntl/close_range on descriptors this process owns. close_range(2) by
-    // its syscall number: musl's libc (the static release build) has no wrapper for it.
-    let moved = unsafe {
-        libc::dup2(0, SOCK) == SOCK
-            && libc::fcntl(SOCK, libc::F_SETFD, libc::FD_CLOEXEC) == 0
-            && libc::syscall(
-                libc::SYS_close_range,
-                SOCK as libc::c_uint + 1,
-                libc::c_uint::MAX,
-                0 as libc::c_uint,
-            ) == 0
-    };
-    if !moved {
-        eprintln!(
-            "container-creation helper: moving its socket to fd {SOCK}: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = fds::keep_only(0, SOCK) {
+        eprintln!("container-creation helper: moving its socket to fd {SOCK}: {e}");
         std::process::exit(1);
     }
     let sock = SOCK;

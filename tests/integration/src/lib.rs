@@ -274,6 +274,94 @@ pub fn require_shim() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// A private containerd 1.7 on host cgroups with the WASI hello image imported, for
+/// containers of one pod ([`SleeperPod::run`]); the shims keep their state in a directory of
+/// the pod's own. Dropped: containerd stops, then the cgroups go.
+pub struct SleeperPod {
+    /// The containerd.
+    pub c: Containerd,
+    /// The pod's cgroup root (`/<root>/<id>` per container).
+    pub root: String,
+    /// The pod's id (its containers' `io.kubernetes.cri.sandbox-id`).
+    pub pod: String,
+    _guard: CgroupGuard,
+    _state: tempfile::TempDir,
+    _images: tempfile::TempDir,
+}
+
+impl SleeperPod {
+    /// Starts the containerd, with `env` beside `SPIN_SHIM_STATE_DIR` in its environment;
+    /// names start with `prefix`.
+    pub fn start(prefix: &str, env: Vec<(String, String)>) -> Result<Self> {
+        let images = tempfile::tempdir()?;
+        let built = TestImages::build(images.path())?;
+        let state = tempfile::Builder::new().prefix(prefix).tempdir_in("/run")?;
+        let mut all = vec![(
+            "SPIN_SHIM_STATE_DIR".to_string(),
+            state.path().display().to_string(),
+        )];
+        all.extend(env);
+        let config = ContainerdConfig {
+            env: all,
+            ..Default::default()
+        };
+        let c = Containerd::start_with(ContainerdVersion::V1_7, CgroupMode::Host, &config)?;
+        c.import(&built.wasi_hello, false)?;
+        let root = unique(prefix);
+        Ok(SleeperPod {
+            c,
+            _guard: CgroupGuard::new(&root),
+            root,
+            pod: unique(&format!("{prefix}pod")),
+            _state: state,
+            _images: images,
+        })
+    }
+
+    /// Runs `/wasi-hello.wasm sleep 60` as container `id` of the pod with `ctr run -d` on
+    /// the test runtime: the task's pid once it runs.
+    pub fn run(&self, id: &str) -> Result<i32> {
+        let c = &self.c;
+        let o = output_with_timeout(
+            c.ctr().args([
+                "run",
+                "-d",
+                "--runtime",
+                &test_runtime(),
+                "--cgroup",
+                &format!("/{}/{id}", self.root),
+                "--annotation",
+                &format!("io.kubernetes.cri.sandbox-id={}", self.pod),
+                images::WASI_HELLO,
+                id,
+                "/wasi-hello.wasm",
+                "sleep",
+                "60",
+            ]),
+            Duration::from_secs(90),
+        )?;
+        ensure!(
+            o.status.success(),
+            "ctr run {id} failed: {}{}\nlog tail:\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+            c.log_tail(20)
+        );
+        c.wait_task_status(id, "RUNNING", Duration::from_secs(30))
+    }
+
+    /// The shim server of the pod's task `pid` (its parent, checked to be a server).
+    pub fn server_of(&self, pid: i32) -> Result<i32> {
+        let server = ppid(pid).context("no parent (shim server) for the task")?;
+        ensure!(
+            cmdline(server).iter().any(|x| x == "-socket"),
+            "the parent {server} of task {pid} is not a shim server: {:?}",
+            cmdline(server)
+        );
+        Ok(server)
+    }
+}
+
 /// Runs `cmd` with piped stdout/stderr, killing it after `timeout`.
 pub fn output_with_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     let desc = format!("{cmd:?}");

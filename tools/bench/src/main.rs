@@ -257,6 +257,9 @@ struct PodMemory {
     /// Our shim's container-creation helper (`--container-creation-helper`, the server's
     /// child that is no container); none under runc.
     helper: (u64, u64),
+    /// Our shim's fork server (`--container-creation-fork-server`, the server's child the
+    /// helpers are forked from); none under runc.
+    fork_server: (u64, u64),
     /// The server container's process.
     container: (u64, u64),
     /// The pod's pause process.
@@ -264,9 +267,18 @@ struct PodMemory {
 }
 
 impl PodMemory {
-    /// What the runtime costs beside the workload: the shim server and its helper.
+    /// What the runtime costs beside the workload: the shim server, its helper and its fork
+    /// server.
     fn shim_side_pss(&self) -> u64 {
-        self.shim.0 + self.helper.0
+        self.shim.0 + self.helper_side().0
+    }
+
+    /// The helper and the fork server, as one column.
+    fn helper_side(&self) -> (u64, u64) {
+        (
+            self.helper.0 + self.fork_server.0,
+            self.helper.1 + self.fork_server.1,
+        )
     }
 
     /// Shim server, helper and container (the pause process is left out: both pods have one).
@@ -275,7 +287,7 @@ impl PodMemory {
     }
 
     fn rss(&self) -> u64 {
-        self.shim.1 + self.helper.1 + self.container.1
+        self.shim.1 + self.helper_side().1 + self.container.1
     }
 }
 
@@ -305,24 +317,30 @@ pub(crate) fn proc_stat_fields(pid: u32) -> std::io::Result<Vec<String>> {
     Ok(after_comm.split_whitespace().map(str::to_string).collect())
 }
 
-/// Memory of one pod (the helper is found among the shim's children: the one running the
-/// helper's command line that is neither the container nor the pause process).
+/// Memory of one pod (the helper and the fork server are found among the shim's children by
+/// their command lines; the container and the pause process are left out).
 fn pod_memory(r: &Running) -> Result<PodMemory> {
     let shim = shim_pid(&r.pod.sandbox_id)?;
-    let mut helper = (0, 0);
+    let (mut helper, mut fork_server) = ((0, 0), (0, 0));
     for child in children_of(shim) {
         let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-        if child != r.pid
-            && child != r.pod.sandbox_pid
-            && String::from_utf8_lossy(&cmdline).contains("--container-creation-helper")
-        {
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        let slot = if cmdline.contains("--container-creation-fork-server") {
+            &mut fork_server
+        } else if cmdline.contains("--container-creation-helper") {
+            &mut helper
+        } else {
+            continue;
+        };
+        if child != r.pid && child != r.pod.sandbox_pid {
             let (p, s) = pss_rss(child)?;
-            helper = (helper.0 + p, helper.1 + s);
+            *slot = (slot.0 + p, slot.1 + s);
         }
     }
     Ok(PodMemory {
         shim: pss_rss(shim)?,
         helper,
+        fork_server,
         container: pss_rss(r.pid)?,
         pause: pss_rss(r.pod.sandbox_pid).unwrap_or_default(),
     })
@@ -818,8 +836,8 @@ async fn measure_memory(
         b.report,
         "\n## 4. Memory per running pod (MiB, PSS from /proc/PID/smaps_rollup)\n\n\
          Shim = the pod's containerd shim server (ours, or containerd-shim-runc-v2); helper = \
-         our shim's container-creation helper (runc has none); container = the server \
-         container's process (for Spin: the youki-started process running wasmtime; native: \
+         our shim's container-creation helper and the fork server it is forked from (runc has \
+         none); container = the server container's process (for Spin: the youki-started process running wasmtime; native: \
          the hyper server). After = right after {before}; idle = {idle_secs:.0} s later, once \
          our processes gave back what those requests faulted in \
          (`SPIN_SHIM_IDLE_RELEASE_SECS`, 30 s); load = wrk -c 16, sampled mid-run. \
@@ -843,7 +861,7 @@ async fn measure_memory(
                 t.name,
                 t.handler,
                 mib(m.shim.0),
-                mib(m.helper.0),
+                mib(m.helper_side().0),
                 mib(m.container.0),
                 mib(m.pss()),
                 mib(m.rss()),
@@ -924,6 +942,7 @@ fn pods_memory(pods: &[Running]) -> PodMemory {
         for (sum, v) in [
             (&mut total.shim, m.shim),
             (&mut total.helper, m.helper),
+            (&mut total.fork_server, m.fork_server),
             (&mut total.container, m.container),
             (&mut total.pause, m.pause),
         ] {
@@ -1064,7 +1083,7 @@ async fn density(b: &mut Bench, cri: &Cri, n: usize) -> Result<()> {
          helper ended after an idle period without a create and the containers gave back \
          what starting mapped (`SPIN_SHIM_IDLE_RELEASE_SECS`, {} s; the native pods are \
          sampled at once, idle does not change them). Shim = shim server + our \
-         container-creation helper, container = the server container's process, pause = the \
+         container-creation helper and fork server, container = the server container's process, pause = the \
          pause process; total = all three.\n\n\
          | server | state | pods | wall s | answering | errors | shim PSS/pod MiB | container PSS/pod MiB | pause PSS/pod MiB | total PSS/pod MiB | total PSS MiB | ratio wall | ratio PSS/pod |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         idle_period().as_secs()
