@@ -129,7 +129,9 @@ async fn handle(
     local: SocketAddr,
     scheme: HttpScheme,
 ) -> Response<HyperOutgoingBody> {
-    let path = req.uri().path().to_string();
+    // The URI's parts are shared bytes: a clone is a count, not a copy of the path.
+    let uri = req.uri().clone();
+    let path = uri.path();
     if let Some(rest) = path.strip_prefix(WELL_KNOWN_PREFIX) {
         return match rest {
             "/health" => text(StatusCode::OK, "OK"),
@@ -153,7 +155,7 @@ async fn handle(
             _ => empty(StatusCode::NOT_FOUND),
         };
     }
-    let Some(route) = app.router.route(&path) else {
+    let Some(route) = app.router.route(path) else {
         return empty(StatusCode::NOT_FOUND);
     };
     if let Some(sr) = &route.static_response {
@@ -181,7 +183,7 @@ async fn handle(
         .as_ref()
         .map(|m| (m.start(), std::time::Instant::now()));
     let span = request_span(&req, &route.route, &component.id);
-    let resp = match call_component(&app, &component, req, scheme)
+    let resp = match call_component(&app, &component, req, scheme, &span)
         .instrument(span.clone())
         .await
     {
@@ -250,9 +252,17 @@ fn add_spin_headers<B>(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
     let path_and_query = req.uri().path_and_query().map_or("/", |p| p.as_str());
-    let full_url = owned_header_value(format!("{}://{host}{path_and_query}", scheme.as_str()));
+    let scheme = scheme.as_str();
+    let mut full_url = String::with_capacity(scheme.len() + 3 + host.len() + path_and_query.len());
+    for part in [scheme, "://", host, path_and_query] {
+        full_url.push_str(part);
+    }
+    let full_url = owned_header_value(full_url);
     let matched_route = header_value(&route.route);
     let h = req.headers_mut();
+    // Room for all of them at once: the map hyper parsed holds the client's headers only,
+    // and growing it one insert at a time rehashes and moves its entries.
+    h.reserve(7 + route.captures.len());
     h.insert(FULL_URL, full_url);
     h.insert(PATH_INFO, header_value(&route.path_info));
     h.insert(MATCHED_ROUTE, matched_route.clone());
@@ -321,12 +331,14 @@ enum TaskEnd {
 /// response streams from the guest task. The task ends at the request deadline
 /// (`SPIN_SHIM_REQUEST_TIMEOUT`) whether or not the response has started; guest code
 /// yields once its time slice ([`crate::limits::TimeSlice`], 10-20 ms) is used up, so the
-/// deadline also ends a guest that never calls the host.
+/// deadline also ends a guest that never calls the host. `span` is the request's server
+/// span (a WASIp3 instance's host calls of the request get it as their parent).
 async fn call_component<B>(
     app: &LoadedApp,
     component: &Arc<crate::runtime::PreparedComponent>,
     req: Request<B>,
     scheme: HttpScheme,
+    span: &tracing::Span,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -337,7 +349,9 @@ where
     {
         HttpPre::P2(pre) => P2Handler::Current(pre.clone()),
         HttpPre::P2Rc(pre) => P2Handler::Rc(pre.clone()),
-        HttpPre::P3(pre) => return call_component_p3(app, component, pre, req, scheme).await,
+        HttpPre::P3(pre) => {
+            return call_component_p3(app, component, pre, req, scheme, span.clone()).await
+        }
         HttpPre::Spin1(pre) => return Ok(spin1::call(app, component, pre, req).await?),
         HttpPre::Wagi(pre) => return Ok(wagi::call(app, component, pre, req).await?),
     };
@@ -591,6 +605,7 @@ async fn call_component_p3<B>(
     pre: &wasmtime_wasi_http::p3::bindings::ServicePre<crate::state::InstanceState>,
     req: Request<B>,
     scheme: HttpScheme,
+    span: tracing::Span,
 ) -> Result<Response<HyperOutgoingBody>, CallError>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -600,7 +615,7 @@ where
     let instances = reuse::instances(app, component, pre);
     let req = absolute_uri(req, scheme).map(|body| body.map_err(Into::into).boxed_unsync());
     let started = std::time::Instant::now();
-    let e = match instances.handle(tracing::Span::current(), req).await {
+    let e = match instances.handle(span, req).await {
         Ok(response) => {
             let (parts, body) = response.into_parts();
             return Ok(Response::from_parts(parts, prefetch::prefetch(body).await));
@@ -683,7 +698,15 @@ pub(crate) async fn call_chained(
         captures: Vec::new(),
     };
     add_spin_headers(&mut req, &route, CHAINED_CLIENT_ADDR, HttpScheme::Http);
-    match call_component(app, component, req, HttpScheme::Http).await {
+    match call_component(
+        app,
+        component,
+        req,
+        HttpScheme::Http,
+        &tracing::Span::current(),
+    )
+    .await
+    {
         Ok(r) => Ok(r),
         Err(CallError::Deadline) => Ok(text(StatusCode::GATEWAY_TIMEOUT, "Gateway Timeout")),
         Err(CallError::Failed(e)) => {
@@ -864,6 +887,16 @@ pin_project_lite::pin_project! {
     }
 }
 
+impl Progress {
+    fn new(inner: HyperOutgoingBody, activity: Arc<Activity>) -> Progress {
+        Progress {
+            inner,
+            activity,
+            handed: false,
+        }
+    }
+}
+
 impl hyper::body::Body for Progress {
     type Data = Bytes;
     type Error = wasmtime_wasi_http::Error;
@@ -965,11 +998,9 @@ fn connection_service(
     upgrade: Option<UpgradeSlot>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<HyperOutgoingBody>,
+    Response = Response<Progress>,
     Error = std::convert::Infallible,
-    Future = impl Future<Output = Result<Response<HyperOutgoingBody>, std::convert::Infallible>>
-                 + Send
-                 + 'static,
+    Future = impl Future<Output = Result<Response<Progress>, std::convert::Infallible>> + Send + 'static,
 > + Clone {
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let app = app.clone();
@@ -986,19 +1017,12 @@ fn connection_service(
                     Some(PendingUpgrade { on_upgrade, frames });
                 drop(busy);
                 let r = empty(StatusCode::SWITCHING_PROTOCOLS);
-                return Ok(h2c::switching_protocols(r));
+                return Ok(h2c::switching_protocols(r).map(|b| Progress::new(b, activity)));
             }
             let r = handle(app, req, client, local, scheme).await;
             drop(busy);
-            Ok(r.map(|inner| {
-                let handed = false;
-                Progress {
-                    inner,
-                    activity,
-                    handed,
-                }
-                .boxed_unsync()
-            }))
+            // hyper takes the body as it is: one allocation less than boxing it again.
+            Ok(r.map(|b| Progress::new(b, activity)))
         }
     })
 }

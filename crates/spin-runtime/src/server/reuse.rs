@@ -274,9 +274,19 @@ impl WorkerExpiration for Expiration {
             return Poll::Pending;
         };
         let deadline = tokio::time::Instant::from_std(deadline);
-        if me.sleep.deadline() != deadline {
+        // The deadline moves at every request and at every change of status (three times
+        // a request), mostly later. Moving the timer costs a trip through tokio's timer
+        // wheel and its lock, so a later deadline waits for the timer set for an earlier
+        // one to fire, and the timer is only moved then; an earlier one moves it at once.
+        if deadline < me.sleep.deadline() {
             me.sleep.as_mut().reset(deadline);
         }
-        me.sleep.as_mut().poll(cx)
+        match me.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) if tokio::time::Instant::now() < deadline => {
+                me.sleep.as_mut().reset(deadline);
+                me.sleep.as_mut().poll(cx)
+            }
+            fired => fired,
+        }
     }
 }
