@@ -609,23 +609,32 @@ fn tls_backends_and_dynamodb_from_a_pod_through_cri() {
 }
 
 /// The pod's log lines (every container log under `logs`) that contain `needle`.
+/// Lines of the pods' CRI logs under `logs` holding `needle`, waiting up to 10 s for the
+/// first: containerd copies a container's output into its log file after the container
+/// wrote it, so a line logged while a response was sent can land after the response.
 fn pod_log_lines(logs: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for pod in std::fs::read_dir(logs).into_iter().flatten().flatten() {
-        for c in std::fs::read_dir(pod.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let text = std::fs::read_to_string(c.path().join("0.log")).unwrap_or_default();
-            found.extend(
-                text.lines()
-                    .filter(|l| l.contains(needle))
-                    .map(String::from),
-            );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut found = Vec::new();
+        for pod in std::fs::read_dir(logs).into_iter().flatten().flatten() {
+            for c in std::fs::read_dir(pod.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let text = std::fs::read_to_string(c.path().join("0.log")).unwrap_or_default();
+                found.extend(
+                    text.lines()
+                        .filter(|l| l.contains(needle))
+                        .map(String::from),
+                );
+            }
         }
+        if !found.is_empty() || Instant::now() >= deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    found
 }
 
 fn limit_checks(
