@@ -53,3 +53,32 @@ pub fn keep_only(from: RawFd, to: RawFd) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// `poll(2)` of `fds` with their events for up to `ms` ms (retried on EINTR): which got any.
+pub(crate) fn poll(fds: &[(BorrowedFd<'_>, libc::c_short)], ms: i32) -> std::io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, events)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: *events,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: pfds is a valid array of pollfd of the given length.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        if n >= 0 {
+            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// [`poll`] for readability.
+pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>], ms: i32) -> std::io::Result<Vec<bool>> {
+    let with_events: Vec<_> = fds.iter().map(|fd| (*fd, libc::POLLIN)).collect();
+    poll(&with_events, ms)
+}

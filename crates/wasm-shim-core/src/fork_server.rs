@@ -94,11 +94,6 @@ impl ForkServer {
         }
     }
 
-    /// The fork server's pid.
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-
     /// Starts a helper serving `helper_sock`, with `stderr` as its stderr (else /dev/null):
     /// the helper's pid and a pidfd of it.
     pub fn spawn(
@@ -118,20 +113,14 @@ impl ForkServer {
         .context("sending a request to the fork server")?;
         drop(helper_sock);
         let ms = REPLY_TIMEOUT.as_millis() as libc::c_int;
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } != 1 {
+        if !fds::poll_readable(&[self.sock.as_fd()], ms)?[0] {
             bail!(
                 "the fork server (pid {}) did not answer within {} s",
                 self.pid,
                 REPLY_TIMEOUT.as_secs()
             );
         }
-        let (bytes, reply, mut fds) = recv_with_fds(self.sock.as_fd(), 1)?;
+        let (bytes, reply, mut fds) = recv_with_fds(self.sock.as_fd())?;
         if bytes == 0 {
             bail!("the fork server (pid {}) is gone", self.pid);
         }
@@ -153,16 +142,10 @@ impl Drop for ForkServer {
     }
 }
 
-/// One message of up to four bytes and up to `max_fds` descriptors (close-on-exec).
-fn recv_with_fds(
-    sock: BorrowedFd<'_>,
-    max_fds: usize,
-) -> anyhow::Result<(usize, [u8; 4], Vec<OwnedFd>)> {
+/// One message of up to four bytes and up to two descriptors (close-on-exec).
+fn recv_with_fds(sock: BorrowedFd<'_>) -> anyhow::Result<(usize, [u8; 4], Vec<OwnedFd>)> {
     let mut buf = [0u8; 4];
-    let mut space = match max_fds {
-        1 => nix::cmsg_space!([RawFd; 1]),
-        _ => nix::cmsg_space!([RawFd; 2]),
-    };
+    let mut space = nix::cmsg_space!([RawFd; 2]);
     let mut iov = [IoSliceMut::new(&mut buf)];
     let (bytes, fds) = loop {
         match socket::recvmsg::<()>(
@@ -199,7 +182,7 @@ fn serve(sock: OwnedFd, server: i32, executor: ShimExecutor) -> ! {
     forget_environment();
     set_cmdline(&[FORK_SERVER_ARG]);
     loop {
-        let Ok((bytes, _, fds)) = recv_with_fds(sock.as_fd(), 2) else {
+        let Ok((bytes, _, fds)) = recv_with_fds(sock.as_fd()) else {
             exit(1)
         };
         if bytes == 0 {

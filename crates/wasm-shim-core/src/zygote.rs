@@ -35,8 +35,9 @@ use libcontainer::syscall::syscall::SyscallType;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::ShimExecutor;
+use crate::fds::{self, poll, poll_readable};
 use crate::fork_server::ForkServer;
-use crate::{fds, stdio};
+use crate::stdio;
 
 /// Name of the container inside its own libcontainer state root (one root per container
 /// keeps unix socket paths short).
@@ -333,36 +334,6 @@ fn children_of(pid: i32) -> Vec<i32> {
         }
     }
     out
-}
-
-fn poll(
-    fds: &[(std::os::fd::BorrowedFd<'_>, libc::c_short)],
-    ms: i32,
-) -> std::io::Result<Vec<bool>> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|(fd, events)| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: *events,
-            revents: 0,
-        })
-        .collect();
-    loop {
-        // SAFETY: pfds is a valid array of pollfd of the given length.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-        if n >= 0 {
-            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-fn poll_readable(fds: &[std::os::fd::BorrowedFd<'_>], ms: i32) -> std::io::Result<Vec<bool>> {
-    let with_events: Vec<_> = fds.iter().map(|fd| (*fd, libc::POLLIN)).collect();
-    poll(&with_events, ms)
 }
 
 impl Client {
