@@ -170,6 +170,8 @@ impl Executor for ShimExecutor {
         let code = match workload {
             Workload::Native => return DefaultExecutor {}.exec(spec),
             Workload::Engine(i) => {
+                // Still the only thread: the runtime's threads share the main arena.
+                crate::memory::single_malloc_arena();
                 // Until the engine's handlers are in place (each engine releases them).
                 crate::termination::hold_termination_signals();
                 open_termination_log(spec);
