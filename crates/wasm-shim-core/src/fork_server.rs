@@ -113,7 +113,9 @@ impl ForkServer {
         .context("sending a request to the fork server")?;
         drop(helper_sock);
         let ms = REPLY_TIMEOUT.as_millis() as libc::c_int;
-        if !fds::poll_readable(&[self.sock.as_fd()], ms)?[0] {
+        let answered = fds::poll_readable(&[self.sock.as_fd()], ms)
+            .with_context(|| format!("waiting for the fork server's (pid {}) reply", self.pid))?;
+        if !answered[0] {
             bail!(
                 "the fork server (pid {}) did not answer within {} s",
                 self.pid,
