@@ -56,6 +56,13 @@ impl WasiHttpView for InstanceState {
 /// Outbound HTTP goes through the host features' allow-list before wasmtime-wasi-http's
 /// default client sends it.
 impl WasiHttpHooks for HostState {
+    /// wasmtime-wasi-http's default list, checked in place: the trait's default builds its
+    /// filter (an `Arc`) anew for every header of every request.
+    fn is_forbidden_header(&mut self, name: &http::HeaderName) -> bool {
+        static FORBIDDEN: [http::HeaderName; 9] = wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS;
+        FORBIDDEN.contains(name)
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<wasmtime_wasi_http::WasiBody>,

@@ -125,7 +125,7 @@ fn header_value(s: &str) -> HeaderValue {
 async fn handle(
     app: Arc<LoadedApp>,
     mut req: Request<Incoming>,
-    client: SocketAddr,
+    client_addr: HeaderValue,
     local: SocketAddr,
     scheme: HttpScheme,
 ) -> Response<HyperOutgoingBody> {
@@ -176,7 +176,7 @@ async fn handle(
         };
         req.headers_mut().insert(http::header::HOST, host);
     }
-    add_spin_headers(&mut req, &route, client, scheme);
+    add_spin_headers(&mut req, &route, client_addr, scheme);
     otel_export::count_request("http", &app.app.name, &component.id);
     let timing = app
         .metrics
@@ -232,11 +232,12 @@ fn request_span<B>(req: &Request<B>, route: &str, component: &str) -> tracing::S
     span
 }
 
-/// Adds the headers Spin gives every component request.
+/// Adds the headers Spin gives every component request; `client_addr` is the
+/// `spin-client-addr` value ([`client_addr_header`]).
 fn add_spin_headers<B>(
     req: &mut Request<B>,
     route: &RouteMatch,
-    client: SocketAddr,
+    client_addr: HeaderValue,
     scheme: HttpScheme,
 ) {
     const FULL_URL: HeaderName = HeaderName::from_static("spin-full-url");
@@ -269,13 +270,19 @@ fn add_spin_headers<B>(
     h.insert(BASE_PATH, HeaderValue::from_static("/"));
     h.insert(RAW_COMPONENT_ROUTE, matched_route);
     h.insert(COMPONENT_ROUTE, header_value(&route.component_route));
-    h.insert(CLIENT_ADDR, owned_header_value(client.to_string()));
+    h.insert(CLIENT_ADDR, client_addr);
     for (name, value) in &route.captures {
         let name = format!("spin-path-match-{}", name.to_ascii_lowercase());
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
             h.insert(name, header_value(value));
         }
     }
+}
+
+/// The `spin-client-addr` value of a client (`ip:port`), made once per connection: a clone
+/// is a reference count, where formatting the address costs every request.
+fn client_addr_header(client: SocketAddr) -> HeaderValue {
+    owned_header_value(client.to_string())
 }
 
 /// As [`header_value`], taking the string without copying it.
@@ -352,9 +359,26 @@ where
         HttpPre::P3(pre) => {
             return call_component_p3(app, component, pre, req, scheme, span.clone()).await
         }
-        HttpPre::Spin1(pre) => return Ok(spin1::call(app, component, pre, req).await?),
-        HttpPre::Wagi(pre) => return Ok(wagi::call(app, component, pre, req).await?),
+        // Boxed: their futures are kilobytes, and every request's future (which hyper moves)
+        // would otherwise be as large as the largest.
+        HttpPre::Spin1(pre) => return Ok(Box::pin(spin1::call(app, component, pre, req)).await?),
+        HttpPre::Wagi(pre) => return Ok(Box::pin(wagi::call(app, component, pre, req)).await?),
     };
+    call_component_p2(app, component, pre, req, scheme).await
+}
+
+/// The WASIp2 part of [`call_component`]: a fresh instance in a fresh store per request.
+async fn call_component_p2<B>(
+    app: &LoadedApp,
+    component: &Arc<crate::runtime::PreparedComponent>,
+    pre: P2Handler,
+    req: Request<B>,
+    scheme: HttpScheme,
+) -> Result<Response<HyperOutgoingBody>, CallError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<wasmtime_wasi_http::Error>,
+{
     let mut store = app.new_store(component)?;
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let incoming = store
@@ -697,7 +721,8 @@ pub(crate) async fn call_chained(
         path_info: req.uri().path().to_string(),
         captures: Vec::new(),
     };
-    add_spin_headers(&mut req, &route, CHAINED_CLIENT_ADDR, HttpScheme::Http);
+    let client_addr = client_addr_header(CHAINED_CLIENT_ADDR);
+    add_spin_headers(&mut req, &route, client_addr, HttpScheme::Http);
     match call_component(
         app,
         component,
@@ -1002,8 +1027,10 @@ fn connection_service(
     Error = std::convert::Infallible,
     Future = impl Future<Output = Result<Response<Progress>, std::convert::Infallible>> + Send + 'static,
 > + Clone {
+    let client_addr = client_addr_header(client);
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let app = app.clone();
+        let client_addr = client_addr.clone();
         let busy = Busy::new(&activity);
         let activity = activity.clone();
         let upgrade = upgrade.clone().filter(|_| h2c::wants_upgrade(&req));
@@ -1019,7 +1046,7 @@ fn connection_service(
                 let r = empty(StatusCode::SWITCHING_PROTOCOLS);
                 return Ok(h2c::switching_protocols(r).map(|b| Progress::new(b, activity)));
             }
-            let r = handle(app, req, client, local, scheme).await;
+            let r = handle(app, req, client_addr, local, scheme).await;
             drop(busy);
             // hyper takes the body as it is: one allocation less than boxing it again.
             Ok(r.map(|b| Progress::new(b, activity)))
