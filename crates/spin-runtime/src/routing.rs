@@ -20,25 +20,28 @@ struct Entry {
     /// The route as written in the manifest.
     raw: String,
     /// Normalized route (leading `/`, no trailing `/`, `/*` spelled `/...`).
-    normalized: String,
+    normalized: Arc<str>,
+    /// `normalized` without a trailing `/...`.
+    component_route: Arc<str>,
     segments: Vec<Segment>,
     wildcard: bool,
-    component: String,
+    component: Arc<str>,
     static_response: Option<Arc<StaticResponse>>,
 }
 
-/// The result of routing one request.
+/// The result of routing one request. The route's own strings are shared with the table
+/// (a request clones a reference count, not the strings).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteMatch {
     /// The component that handles the request (empty for a static response).
-    pub component: String,
+    pub component: Arc<str>,
     /// The trigger's `static_response`, served instead of a component.
     pub static_response: Option<Arc<StaticResponse>>,
     /// The route as the app declared it, normalized (e.g. `/hello/...`): the
     /// `spin-matched-route` and `spin-raw-component-route` headers.
-    pub route: String,
+    pub route: Arc<str>,
     /// The route without a trailing `/...` (`spin-component-route`).
-    pub component_route: String,
+    pub component_route: Arc<str>,
     /// The part of the path matched by the wildcard (`spin-path-info`), empty for exact
     /// routes.
     pub path_info: String,
@@ -89,12 +92,17 @@ impl Router {
             };
             let (normalized, segments, wildcard) = parse(raw)
                 .map_err(|e| anyhow::anyhow!("http trigger `{}` route `{raw}`: {e}", t.id))?;
+            let component_route = normalized
+                .strip_suffix("/...")
+                .unwrap_or(&normalized)
+                .into();
             let entry = Entry {
                 raw: raw.clone(),
-                normalized,
+                normalized: normalized.into(),
+                component_route,
                 segments,
                 wildcard,
-                component: t.component.clone(),
+                component: t.component.as_str().into(),
                 static_response: t.static_response.clone(),
             };
             if let Some(existing) = entries
@@ -149,16 +157,11 @@ impl Router {
             } else {
                 String::new()
             };
-            let component_route = e
-                .normalized
-                .strip_suffix("/...")
-                .unwrap_or(&e.normalized)
-                .to_string();
             return Some(RouteMatch {
                 component: e.component.clone(),
                 static_response: e.static_response.clone(),
                 route: e.normalized.clone(),
-                component_route,
+                component_route: e.component_route.clone(),
                 path_info,
                 captures,
             });
@@ -191,7 +194,7 @@ mod tests {
     }
 
     fn comp(r: &Router, path: &str) -> Option<String> {
-        r.route(path).map(|m| m.component)
+        r.route(path).map(|m| m.component.to_string())
     }
 
     #[test]
@@ -225,7 +228,7 @@ mod tests {
     fn captures_and_literal_preference() {
         let r = router(&[("/users/:id", "byid"), ("/users/me", "me")]);
         let m = r.route("/users/42").unwrap();
-        assert_eq!(m.component, "byid");
+        assert_eq!(&*m.component, "byid");
         assert_eq!(m.captures, vec![("id".to_string(), "42".to_string())]);
         assert_eq!(comp(&r, "/users/me").as_deref(), Some("me"));
         assert_eq!(comp(&r, "/users"), None);
@@ -235,22 +238,19 @@ mod tests {
     fn path_info_and_component_route() {
         let r = router(&[("static/*", "s"), ("/...", "root")]);
         let m = r.route("/static/a/b.txt").unwrap();
-        assert_eq!(m.route, "/static/...");
-        assert_eq!(m.component_route, "/static");
+        assert_eq!(&*m.route, "/static/...");
+        assert_eq!(&*m.component_route, "/static");
         assert_eq!(m.path_info, "/a/b.txt");
         assert_eq!(r.route("/static").unwrap().path_info, "");
         let m = r.route("/x/y").unwrap();
-        assert_eq!(
-            (m.component_route.as_str(), m.path_info.as_str()),
-            ("", "/x/y")
-        );
+        assert_eq!((&*m.component_route, m.path_info.as_str()), ("", "/x/y"));
         assert_eq!(r.route("/").unwrap().path_info, "/");
     }
 
     #[test]
     fn normalization_and_trailing_slash() {
         let r = router(&[("hello/", "h")]);
-        assert_eq!(r.route("/hello").unwrap().route, "/hello");
+        assert_eq!(&*r.route("/hello").unwrap().route, "/hello");
         assert_eq!(comp(&r, "/hello/").as_deref(), Some("h"));
     }
 

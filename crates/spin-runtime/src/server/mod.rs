@@ -714,10 +714,10 @@ pub(crate) async fn call_chained(
     mut req: Request<HyperOutgoingBody>,
 ) -> Result<Response<HyperOutgoingBody>, wasmtime_wasi_http::Error> {
     let route = RouteMatch {
-        component: component.id.clone(),
+        component: component.id.as_str().into(),
         static_response: None,
         route: "/...".into(),
-        component_route: String::new(),
+        component_route: "".into(),
         path_info: req.uri().path().to_string(),
         captures: Vec::new(),
     };
