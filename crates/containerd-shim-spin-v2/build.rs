@@ -77,7 +77,7 @@ fn main() {
 /// Links the glibc build as a position-dependent executable (`-no-pie`) when
 /// `SHIM_LINK_NO_PIE=1`; the default is a PIE. Every process of a pod (server,
 /// container-creation helper, each Wasm container) maps this ~240 MB binary; a PIE gets its
-/// 3.2 MB of relocated data (`.data.rel.ro`, `.got`) written by the loader at a random base,
+/// 2.3 MB of relocated data (`.data.rel.ro`, `.got`) written by the loader at a random base,
 /// a private copy per exec'd process, while a non-PIE's is resolved at link time and stays
 /// clean, shared by every pod on the node. The price of the opt-in is ASLR of the executable
 /// image, in the process that runs untrusted Wasm too (heap, stacks, libraries, JIT code and

@@ -136,7 +136,7 @@ fn forked_helpers() -> Result<()> {
         .display()
         .to_string();
     let shared = shared_written_pages(server, a_pid, &exe)?;
-    // The binary's relocated data is about 3 MiB; an exec'd helper's containers share none
+    // The binary's relocated data is about 2.3 MiB; an exec'd helper's containers share none
     // of the server's.
     ensure!(
         shared >= 256,
