@@ -8,9 +8,9 @@
 //! zone, `TZ` from its environment (a zone name such as `Europe/Berlin`), else the
 //! system's local time (`/etc/localtime`; UTC when there is none). Zone names come from the
 //! IANA database bundled into the binary (jiff's copy), so they resolve in a `FROM scratch`
-//! image too; `TZ` may also be a POSIX rule such as `CET-1CEST,M3.5.0,M10.5.0/3`. A tick fires at most
-//! once; after a pause (a stopped process, a suspended node) the ticks missed are skipped
-//! and the schedule goes on from the present, with no catch-up burst.
+//! image too; `TZ` may also be a POSIX rule such as `CET-1CEST,M3.5.0,M10.5.0/3`. A tick
+//! fires at most once; after a pause (a stopped process, a suspended node) the ticks missed
+//! are skipped and the schedule goes on from the present, with no catch-up burst.
 
 use std::collections::HashMap;
 use std::sync::Arc;
