@@ -22,9 +22,9 @@
 //! Knobs: `BENCH_RUNS` (cold starts per row, default 5), `BENCH_DURATION` (wrk seconds per
 //! point, default 5), `BENCH_REPS` (wrk runs per HTTP point, default 3), `BENCH_CONNS`
 //! (default `1 16 64`), `BENCH_START_COLD` / `BENCH_START_WARM` (first starts per SDK app,
-//! 3 / 5), `BENCH_DENSITY` (pods, default 50), `BENCH_STATS` (ContainerStats calls, default
-//! 200). Run through `scripts/bench*.sh`, which build what is needed and install
-//! `wasmtime-cli` (`WASMTIME_BIN`).
+//! 3 / 5), `BENCH_DENSITY` (pods, default 100, the density goal's count), `BENCH_STATS`
+//! (ContainerStats calls, default 200). Run through `scripts/bench*.sh`, which build what is
+//! needed and install `wasmtime-cli` (`WASMTIME_BIN`).
 
 mod backends;
 mod http;
@@ -1152,7 +1152,7 @@ async fn run(mode: &str) -> Result<()> {
     std::fs::create_dir_all(&out)?;
     let runs = env_num("BENCH_RUNS", 5)?;
     let secs = env_num("BENCH_DURATION", 5)?;
-    let pods = env_num("BENCH_DENSITY", 50)?;
+    let pods = env_num("BENCH_DENSITY", 100)?;
     let calls = env_num("BENCH_STATS", 200)?;
     let cache = compile_cache_dir();
     empty_dir(&cache)?;
