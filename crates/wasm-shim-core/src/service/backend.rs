@@ -71,7 +71,7 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Sends an event to containerd; a failure is logged, not returned (containerd also
     /// learns the task's state by asking).
-    async fn publish(&self, topic: &str, ev: Box<dyn MessageDyn>);
+    async fn publish(&self, topic: &str, ev: super::event::TaskEvent);
 }
 
 /// The real backend: containers created by the zygote on youki's libcontainer, cgroups
@@ -155,13 +155,35 @@ impl Backend for Machine {
         crate::oom::watch(&c.placement, on_oom);
     }
 
-    async fn publish(&self, topic: &str, ev: Box<dyn MessageDyn>) {
-        let ctx = containerd_shim::protos::ttrpc::context::Context::default();
-        if let Err(e) = self
-            .publisher
-            .publish(ctx, topic, &self.namespace, ev)
-            .await
-        {
+    async fn publish(&self, topic: &str, ev: super::event::TaskEvent) {
+        use containerd_shim::protos::shim::{event::Envelope, events::ForwardRequest};
+        use containerd_shim::protos::shim_async::Events as _;
+        let timestamp = match containerd_shim::util::timestamp() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("publishing {topic}: {e}");
+                return;
+            }
+        };
+        let envelope = Envelope {
+            timestamp: MessageField::some(timestamp),
+            namespace: self.namespace.clone(),
+            topic: topic.to_string(),
+            event: MessageField::some(ev.any),
+            ..Default::default()
+        };
+        let req = ForwardRequest {
+            envelope: MessageField::some(envelope),
+            ..Default::default()
+        };
+        // The publisher's own queue (with its retries), entered as containerd's event
+        // service would be; the context is not read.
+        let ctx = TtrpcContext {
+            mh: Default::default(),
+            metadata: Default::default(),
+            timeout_nano: 0,
+        };
+        if let Err(e) = self.publisher.forward(&ctx, req).await {
             tracing::warn!("publishing {topic}: {e}");
         }
     }

@@ -48,8 +48,7 @@ impl<B: Backend> Service<B> {
             ..Default::default()
         };
         if let Some(ev) = c.gate.exit(ev) {
-            self.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev))
-                .await;
+            self.publish(topics::TASK_EXIT_EVENT_TOPIC, ev).await;
         }
     }
 }

@@ -21,7 +21,7 @@ use containerd_shim::protos::events::task::{
     TaskCreate, TaskDelete, TaskExit, TaskIO, TaskOOM, TaskPaused, TaskResumed, TaskStart,
 };
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
+use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::protos::shim_async::Task;
 use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, r#async::TtrpcContext};
@@ -35,6 +35,7 @@ use crate::zygote::{self, LIBCONTAINER_ID};
 
 mod backend;
 mod create;
+mod event;
 mod exits;
 mod lifecycle;
 mod task;
@@ -197,8 +198,11 @@ impl<B: Backend> Service<B> {
             .ok_or_else(|| not_found(id))
     }
 
-    async fn publish(&self, topic: &str, ev: Box<dyn MessageDyn>) {
-        self.inner.backend.publish(topic, ev).await
+    async fn publish(&self, topic: &str, ev: impl event::TaskEventMessage) {
+        match event::TaskEvent::new(&ev) {
+            Ok(ev) => self.inner.backend.publish(topic, ev).await,
+            Err(e) => tracing::warn!("publishing {topic}: {e:#}"),
+        }
     }
 
     /// Applies a state change (start, pause, resume) to a task that must be in phase

@@ -268,8 +268,7 @@ impl<B: Backend> Service<B> {
             pid: ctr.pid as u32,
             ..Default::default()
         };
-        self.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(ev))
-            .await;
+        self.publish(topics::TASK_CREATE_EVENT_TOPIC, ev).await;
         let (svc, handle, id) = (
             self.clone(),
             tokio::runtime::Handle::current(),
@@ -285,8 +284,7 @@ impl<B: Backend> Service<B> {
                         container_id: id,
                         ..Default::default()
                     };
-                    svc.publish(topics::TASK_OOM_EVENT_TOPIC, Box::new(ev))
-                        .await;
+                    svc.publish(topics::TASK_OOM_EVENT_TOPIC, ev).await;
                 });
             }),
         );
@@ -311,18 +309,17 @@ impl<B: Backend> Service<B> {
         if let Ok(c) = &started {
             self.publish(
                 topics::TASK_START_EVENT_TOPIC,
-                Box::new(TaskStart {
+                TaskStart {
                     container_id: c.id.clone(),
                     pid: c.pid as u32,
                     ..Default::default()
-                }),
+                },
             )
             .await;
         }
         // An exit recorded meanwhile goes out now, after TaskStart.
         if let Some(ev) = starting.finish() {
-            self.publish(topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev))
-                .await;
+            self.publish(topics::TASK_EXIT_EVENT_TOPIC, ev).await;
         }
         let c = started?;
         Ok(api::StartResponse {
@@ -444,14 +441,14 @@ impl<B: Backend> Service<B> {
         });
         self.publish(
             topics::TASK_DELETE_EVENT_TOPIC,
-            Box::new(TaskDelete {
+            TaskDelete {
                 container_id: c.id.clone(),
                 id: c.id.clone(),
                 pid: c.pid as u32,
                 exit_status: exit.code,
                 exited_at: MessageField::some(exit.at.clone()),
                 ..Default::default()
-            }),
+            },
         )
         .await;
         Ok(api::DeleteResponse {
@@ -524,18 +521,20 @@ impl<B: Backend> Service<B> {
             ),
         };
         let c = self.transition(id, from, to, change).await?;
-        let ev: Box<dyn MessageDyn> = if change == StateChange::Pause {
-            Box::new(TaskPaused {
-                container_id: c.id.clone(),
+        let container_id = c.id.clone();
+        if change == StateChange::Pause {
+            let ev = TaskPaused {
+                container_id,
                 ..Default::default()
-            })
+            };
+            self.publish(topic, ev).await;
         } else {
-            Box::new(TaskResumed {
-                container_id: c.id.clone(),
+            let ev = TaskResumed {
+                container_id,
                 ..Default::default()
-            })
-        };
-        self.publish(topic, ev).await;
+            };
+            self.publish(topic, ev).await;
+        }
         Ok(api::Empty::new())
     }
 }

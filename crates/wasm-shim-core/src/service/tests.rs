@@ -98,14 +98,8 @@ impl Backend for Fake {
 
     fn watch_oom(&self, _c: &String, _on_oom: Box<dyn Fn() + Send + 'static>) {}
 
-    async fn publish(&self, topic: &str, ev: Box<dyn MessageDyn>) {
-        let id = ev
-            .descriptor_dyn()
-            .field_by_name("container_id")
-            .and_then(|f| f.get_singular(&*ev))
-            .and_then(|v| v.to_str().map(str::to_owned))
-            .unwrap_or_default();
-        lock(&self.events).push((topic.to_string(), id));
+    async fn publish(&self, topic: &str, ev: super::event::TaskEvent) {
+        lock(&self.events).push((topic.to_string(), ev.container_id));
     }
 }
 
