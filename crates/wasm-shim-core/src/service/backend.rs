@@ -158,15 +158,8 @@ impl Backend for Machine {
     async fn publish(&self, topic: &str, ev: super::event::TaskEvent) {
         use containerd_shim::protos::shim::{event::Envelope, events::ForwardRequest};
         use containerd_shim::protos::shim_async::Events as _;
-        let timestamp = match containerd_shim::util::timestamp() {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!("publishing {topic}: {e}");
-                return;
-            }
-        };
         let envelope = Envelope {
-            timestamp: MessageField::some(timestamp),
+            timestamp: MessageField::some(Timestamp::now()),
             namespace: self.namespace.clone(),
             topic: topic.to_string(),
             event: MessageField::some(ev.any),
