@@ -27,10 +27,11 @@ fn rc_suffix() -> String {
 }
 
 /// Whether component `bytes` mentions the WASIp3 snapshot anywhere (a cheap pre-check:
-/// only such components are rewritten).
+/// only such components are rewritten). It runs on every component before its first compile,
+/// on the path to a cold start's first response, over up to tens of MB (a Python or
+/// JavaScript SDK component): a vectorized substring search, not a compare per byte offset.
 pub fn mentions_rc_snapshot(bytes: &[u8]) -> bool {
-    let needle = rc_suffix();
-    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+    memchr::memmem::find(bytes, rc_suffix().as_bytes()).is_some()
 }
 
 /// `name` with the snapshot's version replaced by the release's, when it is a
