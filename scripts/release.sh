@@ -11,7 +11,9 @@
 # Environment: CARGO_TARGET_DIR (default ./target), RELEASE_OUT (default
 # $CARGO_TARGET_DIR/dist), SOURCE_DATE_EPOCH (default: the last commit's time, else 0),
 # CARGO_NICE (a nice(1) level for the build, default 0), RELEASE_PROFILE (the cargo profile
-# of `build`, default release; `make test` builds with static-check, see Cargo.toml).
+# of `build`, default release; `make test` builds with static-check, see Cargo.toml),
+# SHIM_MUSL_MALLOC (1: the shim allocates with musl's malloc instead of mimalloc: ~2.7 MiB
+# less per idle pod at 100 pods, ~19% more instructions per request; see README).
 #
 # Reproducible: same sources and toolchain give the same bytes, whatever the checkout's or
 # the target dir's path: build paths are remapped in the Rust and C objects, the tar lists

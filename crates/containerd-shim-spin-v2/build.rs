@@ -6,7 +6,8 @@
 //! - `SHIM_BUILD_DATE`: the UTC date of `SOURCE_DATE_EPOCH`, else of the commit, else
 //!   `unknown` (never the wall clock, so two builds of one commit are byte-identical);
 //! - `SHIM_TARGET`, `SHIM_SECCOMP_LINK`: the target triple and how libseccomp is linked
-//!   (`LIBSECCOMP_LINK_TYPE`, which libseccomp-sys reads too).
+//!   (`LIBSECCOMP_LINK_TYPE`, which libseccomp-sys reads too);
+//! - `SHIM_ALLOCATOR` and the `shim_musl_malloc` cfg: the allocator (see [`allocator`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -68,6 +69,7 @@ fn main() {
     );
     println!("cargo:rustc-env=SHIM_TARGET={}", env("TARGET"));
     link_non_pie();
+    allocator();
     println!(
         "cargo:rustc-env=SHIM_SECCOMP_LINK={}",
         std::env::var("LIBSECCOMP_LINK_TYPE").unwrap_or_else(|_| "dylib".into())
@@ -96,6 +98,34 @@ fn link_non_pie() {
     if no_pie && env("CARGO_CFG_TARGET_ENV") == "gnu" {
         println!("cargo:rustc-link-arg-bins=-no-pie");
     }
+}
+
+/// Chooses the allocator of musl builds: mimalloc (the default) or, with
+/// `SHIM_MUSL_MALLOC=1`, musl's own malloc (cfg `shim_musl_malloc`). mimalloc serves a request
+/// with ~19% fewer instructions than musl's malloc; musl's keeps ~1.3 MiB less per process
+/// of a pod, 4.4 instead of 7.1 MiB per idle pod at 100 pods (README, memory per pod). glibc
+/// builds always use glibc's malloc. `SHIM_ALLOCATOR` names the choice for `--version`.
+fn allocator() {
+    println!("cargo:rerun-if-env-changed=SHIM_MUSL_MALLOC");
+    println!("cargo::rustc-check-cfg=cfg(shim_musl_malloc)");
+    let musl_malloc = match std::env::var("SHIM_MUSL_MALLOC").as_deref() {
+        Ok("1") => true,
+        Ok("0") | Ok("") | Err(_) => false,
+        Ok(other) => fail(&format!(
+            "SHIM_MUSL_MALLOC={other:?}: set it to 1 (musl builds allocate with musl's malloc: \
+             less memory per pod, more CPU per request) or 0 / unset (mimalloc, the default)"
+        )),
+    };
+    let name = match env("CARGO_CFG_TARGET_ENV").as_str() {
+        "musl" if musl_malloc => {
+            println!("cargo:rustc-cfg=shim_musl_malloc");
+            "musl malloc"
+        }
+        "musl" => "mimalloc",
+        "gnu" => "glibc malloc",
+        _ => "the C library's malloc",
+    };
+    println!("cargo:rustc-env=SHIM_ALLOCATOR={name}");
 }
 
 /// Every version of `package` in a Cargo.lock, in file order.

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 mod version;
 
 /// The musl builds (the release binaries) allocate with mimalloc: with musl's own malloc the
-/// request path costs about a third more than in the glibc build.
-#[cfg(target_env = "musl")]
+/// request path costs about a third more than in the glibc build. A build with
+/// `SHIM_MUSL_MALLOC=1` (cfg `shim_musl_malloc`, see build.rs) keeps musl's malloc, which
+/// holds less memory per pod.
+#[cfg(all(target_env = "musl", not(shim_musl_malloc)))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

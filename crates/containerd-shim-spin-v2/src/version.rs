@@ -19,6 +19,8 @@ pub struct BuildInfo {
     pub libcontainer: &'static str,
     /// How libseccomp is linked: `static` or `dylib`.
     pub seccomp_link: &'static str,
+    /// The allocator: `glibc malloc`, `mimalloc` or `musl malloc` (musl builds).
+    pub allocator: &'static str,
     /// Whether this build enforces device rules on cgroup v2 with its own eBPF filter.
     pub device_filter: bool,
 }
@@ -33,6 +35,7 @@ pub fn build_info() -> BuildInfo {
         wasmtime: env!("SHIM_WASMTIME_VERSION"),
         libcontainer: env!("SHIM_LIBCONTAINER_VERSION"),
         seccomp_link: env!("SHIM_SECCOMP_LINK"),
+        allocator: env!("SHIM_ALLOCATOR"),
         // cgroup-placement builds and attaches the program with raw bpf(2) on every Linux
         // target; there is no build without it.
         device_filter: cfg!(target_os = "linux"),
@@ -62,6 +65,7 @@ pub fn render(info: &BuildInfo, probe: &str) -> String {
          wasmtime: {wasmtime}\n\
          libcontainer: {libcontainer}\n\
          libseccomp: linked {seccomp}\n\
+         allocator: {allocator}\n\
          features: device-filter={df} (cgroup v2 eBPF device filter; {probe})\n",
         version = info.version,
         commit = info.commit,
@@ -70,6 +74,7 @@ pub fn render(info: &BuildInfo, probe: &str) -> String {
         wasmtime = info.wasmtime,
         libcontainer = info.libcontainer,
         seccomp = info.seccomp_link,
+        allocator = info.allocator,
         df = on_off(info.device_filter),
     )
 }
@@ -110,6 +115,14 @@ mod tests {
             info.commit
         );
         assert!(info.device_filter);
+        let expected = if cfg!(target_env = "gnu") {
+            "glibc malloc"
+        } else if cfg!(shim_musl_malloc) {
+            "musl malloc"
+        } else {
+            "mimalloc"
+        };
+        assert_eq!(info.allocator, expected);
     }
 
     #[test]
@@ -122,6 +135,7 @@ mod tests {
             wasmtime: "48.0.1",
             libcontainer: "0.7.0",
             seccomp_link: "static",
+            allocator: "mimalloc",
             device_filter: false,
         };
         let text = render(&info, "probe said no");
@@ -129,7 +143,7 @@ mod tests {
             text,
             "containerd-shim-spin-v2 1.2.3\ncommit: abc (2026-01-02)\ntarget: aarch64-unknown-linux-musl\n\
              wasmtime: 48.0.1\nlibcontainer: 0.7.0\nlibseccomp: linked static\n\
-             features: device-filter=off (cgroup v2 eBPF device filter; probe said no)\n"
+             allocator: mimalloc\nfeatures: device-filter=off (cgroup v2 eBPF device filter; probe said no)\n"
         );
     }
 }

@@ -123,7 +123,8 @@ fn scenario(static_dir: &Path) -> Result<()> {
     ensure!(
         v.status.success()
             && vt.contains("target: x86_64-unknown-linux-musl")
-            && vt.contains("libseccomp: linked static"),
+            && vt.contains("libseccomp: linked static")
+            && vt.contains("allocator: mimalloc"),
         "static shim --version on the no-libc node: {}",
         text(&v)
     );
