@@ -19,7 +19,7 @@ LINT_TARGET_DIR := $(CARGO_TARGET_DIR)/lint
 ALONE := env -u MAKEFLAGS -u MFLAGS -u CARGO_MAKEFLAGS
 
 .PHONY: all setup build build-tests apps lint fmt fmt-check test test-unit test-integration test-cri test-systemd test-kind test-k3s \
-        demo bench bench-http bench-start fuzz soak clean release build-static test-release
+        demo bench bench-http bench-start bench-memory-release fuzz soak clean release build-static test-release
 
 all: build
 
@@ -124,6 +124,12 @@ bench-http: build apps
 
 bench-start: build apps
 	@bash scripts/bench-start.sh
+
+## bench-memory-release: memory per pod and density (make bench's sections 4 and 5) with the
+## shim the release archives ship (static musl, mimalloc) instead of the glibc build;
+## report in target/bench/memory-release.md
+bench-memory-release: build apps
+	@bash scripts/bench-memory-release.sh
 
 ## fuzz: coverage-guided fuzzing of every parser of outside input (libFuzzer, stable rustc);
 ## FUZZ_SECONDS per target (default 100), fails on a crash or below FUZZ_MIN_EXECS in total
