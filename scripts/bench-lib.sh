@@ -23,15 +23,21 @@ install_wasmtime_cli() {
     export WASMTIME_BIN="$dir/bin/wasmtime" WASMTIME_VERSION="$v"
 }
 
-bench_run() {
-    local mode=$1
+# What every bench needs: root, wrk, the guest apps, and the glibc build of the shim, the
+# tools and the native server (release profile).
+bench_preflight() {
     [ "$(id -u)" = 0 ] || { echo "bench: needs root (containerd, pod cgroups); run with sudo" >&2; exit 1; }
     command -v wrk >/dev/null || { echo "bench: wrk not found (apt-get install -y wrk)" >&2; exit 1; }
-    local apps="${GUEST_APPS_DIR:-$ROOT/tests/apps/target/wasm32-wasip2/release}"
+    local apps="${GUEST_APPS_DIR:-$ROOT/tests/apps/target/wasm32-wasip2/release}" w
     for w in spin_hello.wasm spin_cpu.wasm wasi-hello.wasm; do
         [ -f "$apps/$w" ] || { echo "bench: $apps/$w missing: run make apps" >&2; exit 1; }
     done
     cargo build --release -q --workspace --bins --example native-hello
+}
+
+bench_run() {
+    local mode=$1
+    bench_preflight
     install_wasmtime_cli
     # spin-serve as the release archives build it (static musl, mimalloc): the HTTP
     # comparison's `spin-serve (musl)` rows. About 9 min the first time, seconds after.

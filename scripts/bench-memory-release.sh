@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
-# Memory per pod (issue 40) of the shim as the release archives ship it: static musl with
-# mimalloc (`scripts/release.sh build x86_64`), where `make bench` measures the glibc build.
+# Memory per pod (issue 40) of the shim as the release archives ship it: static musl,
+# mimalloc unless SHIM_MUSL_MALLOC=1 (`scripts/release.sh build x86_64`), where `make bench`
+# measures the glibc build. The report's first line names the binary and its allocator.
 # The same `shim-bench memory` run (a hello pod beside a native one, idle and under load, then
 # BENCH_DENSITY pods of each, default 100), with the release shim first on containerd's PATH.
 # Report: target/bench/memory-release.md; raw samples: target/bench/samples-memory.txt.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-ROOT=$PWD
-[ -d "$HOME/.cargo/bin" ] && export PATH="$HOME/.cargo/bin:$PATH"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-[ "$(id -u)" = 0 ] || { echo "bench: needs root (containerd, pod cgroups); run with sudo" >&2; exit 1; }
-command -v wrk >/dev/null || { echo "bench: wrk not found (apt-get install -y wrk)" >&2; exit 1; }
-apps="${GUEST_APPS_DIR:-$ROOT/tests/apps/target/wasm32-wasip2/release}"
-[ -f "$apps/spin_hello.wasm" ] || { echo "bench: $apps/spin_hello.wasm missing: run make apps" >&2; exit 1; }
+source "$(dirname "$0")/bench-lib.sh"
 
 # shim-bench, the native server and the CRI tools come from the glibc build; only the shim
 # differs. The release build takes about 13 min the first time, seconds after.
-cargo build --release -q --workspace --bins --example native-hello
+bench_preflight
 echo "bench: building the release shim for x86_64-unknown-linux-musl (scripts/release.sh)" >&2
 shim="$(bash scripts/release.sh build x86_64 2>"$CARGO_TARGET_DIR/bench-release-shim-build.log")" \
     || { tail -20 "$CARGO_TARGET_DIR/bench-release-shim-build.log" >&2; exit 1; }
@@ -35,7 +29,7 @@ SHIM_BIN_DIR="$bin" "$CARGO_TARGET_DIR/release/shim-bench" memory \
     || { tail -40 "$CARGO_TARGET_DIR/bench-memory-release.log" >&2; exit 1; }
 report="$CARGO_TARGET_DIR/bench/memory-release.md"
 {
-    echo "Shim: the release build, $(file -b "$shim" | cut -d, -f1-2,4) (static musl, mimalloc), $(date -u '+%Y-%m-%d %H:%M') UTC."
+    echo "Shim: the release build, $(file -b "$shim" | cut -d, -f1-2,4), $("$shim" --version | grep '^allocator:'), $(date -u '+%Y-%m-%d %H:%M') UTC."
     echo
     cat "$CARGO_TARGET_DIR/bench/memory.md"
 } >"$report"
