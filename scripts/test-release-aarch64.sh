@@ -62,6 +62,7 @@ version_ok() {
     grep -q '^target: aarch64-unknown-linux-musl$' <<<"$v" &&
         grep -q '^libseccomp: linked static$' <<<"$v" &&
         grep -q '^allocator: mimalloc$' <<<"$v" &&
+        grep -q '^executable: PIE (randomized base)$' <<<"$v" &&
         grep -q '^wasmtime: [0-9]' <<<"$v" && grep -q '^libcontainer: [0-9]' <<<"$v" &&
         grep -q '^features: device-filter=on ' <<<"$v"
 }

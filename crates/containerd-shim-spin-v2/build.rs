@@ -7,7 +7,8 @@
 //!   `unknown` (never the wall clock, so two builds of one commit are byte-identical);
 //! - `SHIM_TARGET`, `SHIM_SECCOMP_LINK`: the target triple and how libseccomp is linked
 //!   (`LIBSECCOMP_LINK_TYPE`, which libseccomp-sys reads too);
-//! - `SHIM_ALLOCATOR` and the `shim_musl_malloc` cfg: the allocator (see [`allocator`]).
+//! - `SHIM_ALLOCATOR` and the `shim_musl_malloc` cfg: the allocator (see [`allocator`]);
+//! - `SHIM_EXECUTABLE`: PIE or position-dependent (see [`link_non_pie`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,15 +77,20 @@ fn main() {
     );
 }
 
-/// Links the glibc build as a position-dependent executable (`-no-pie`) when
-/// `SHIM_LINK_NO_PIE=1`; the default is a PIE. Every process of a pod (server,
-/// container-creation helper, each Wasm container) maps this ~240 MB binary; a PIE gets its
-/// 2.3 MB of relocated data (`.data.rel.ro`, `.got`) written by the loader at a random base,
-/// a private copy per exec'd process, while a non-PIE's is resolved at link time and stays
-/// clean, shared by every pod on the node. The price of the opt-in is ASLR of the executable
-/// image, in the process that runs untrusted Wasm too (heap, stacks, libraries, JIT code and
-/// Wasm memories stay randomized). Dependencies are compiled as PIC either way: only the
-/// link changes. musl builds (static-pie) are left as they are.
+/// Links the shim as a position-dependent executable when `SHIM_LINK_NO_PIE=1`; the default
+/// is a PIE. Every process of a pod (server, container-creation helper, each Wasm container)
+/// maps this binary; a PIE gets its ~2 MB of relocated data (`.data.rel.ro`, `.got`) written
+/// at a random base, one private copy per pod (the pod's processes share it by fork), while
+/// a non-PIE's is resolved at link time and stays clean, shared by every pod on the node.
+/// The price of the opt-in is ASLR of the executable image, in the process that runs
+/// untrusted Wasm too (heap, stacks, JIT code and Wasm memories stay randomized; in a glibc
+/// build the shared libraries too, in a static musl build there are none).
+/// - glibc: the link alone changes (`-no-pie`); dependencies stay PIC.
+/// - musl: rustc links PIC objects with a static C runtime as a static-pie, so the whole
+///   build must be position-dependent: `scripts/release.sh` adds `-C relocation-model=static`
+///   to the target's flags when the variable is set; a build without it is refused here.
+///
+/// `SHIM_EXECUTABLE` names the result for `--version`.
 fn link_non_pie() {
     println!("cargo:rerun-if-env-changed=SHIM_LINK_NO_PIE");
     let no_pie = match std::env::var("SHIM_LINK_NO_PIE").as_deref() {
@@ -95,9 +101,41 @@ fn link_non_pie() {
              data, the executable is not randomized) or 0 / unset (a PIE, the default)"
         )),
     };
-    if no_pie && env("CARGO_CFG_TARGET_ENV") == "gnu" {
-        println!("cargo:rustc-link-arg-bins=-no-pie");
-    }
+    // The flags rustc compiles this package with (the target's RUSTFLAGS), 0x1f-separated;
+    // `-C relocation-model=static` may come as one argument or two.
+    let rustflags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let static_model = rustflags
+        .split('\x1f')
+        .scan("", |prev, f| {
+            let joined = if *prev == "-C" {
+                format!("-C{f}")
+            } else {
+                f.to_string()
+            };
+            *prev = f;
+            Some(joined)
+        })
+        .any(|f| f == "-Crelocation-model=static");
+    let position_dependent = match env("CARGO_CFG_TARGET_ENV").as_str() {
+        "gnu" if no_pie => {
+            println!("cargo:rustc-link-arg-bins=-no-pie");
+            true
+        }
+        "musl" if no_pie && !static_model => fail(
+            "SHIM_LINK_NO_PIE=1 for a musl target needs the whole build position-dependent: \
+             build with `scripts/release.sh build ARCH` (it adds -C relocation-model=static to \
+             the target's RUSTFLAGS), or set that flag yourself",
+        ),
+        _ => static_model,
+    };
+    println!(
+        "cargo:rustc-env=SHIM_EXECUTABLE={}",
+        if position_dependent {
+            "position-dependent (fixed address, not randomized)"
+        } else {
+            "PIE (randomized base)"
+        }
+    );
 }
 
 /// Chooses the allocator of musl builds: mimalloc (the default) or, with

@@ -21,6 +21,8 @@ pub struct BuildInfo {
     pub seccomp_link: &'static str,
     /// The allocator: `glibc malloc`, `mimalloc` or `musl malloc` (musl builds).
     pub allocator: &'static str,
+    /// `PIE (randomized base)`, or position-dependent for a `SHIM_LINK_NO_PIE=1` build.
+    pub executable: &'static str,
     /// Whether this build enforces device rules on cgroup v2 with its own eBPF filter.
     pub device_filter: bool,
 }
@@ -36,6 +38,7 @@ pub fn build_info() -> BuildInfo {
         libcontainer: env!("SHIM_LIBCONTAINER_VERSION"),
         seccomp_link: env!("SHIM_SECCOMP_LINK"),
         allocator: env!("SHIM_ALLOCATOR"),
+        executable: env!("SHIM_EXECUTABLE"),
         // cgroup-placement builds and attaches the program with raw bpf(2) on every Linux
         // target; there is no build without it.
         device_filter: cfg!(target_os = "linux"),
@@ -66,6 +69,7 @@ pub fn render(info: &BuildInfo, probe: &str) -> String {
          libcontainer: {libcontainer}\n\
          libseccomp: linked {seccomp}\n\
          allocator: {allocator}\n\
+         executable: {executable}\n\
          features: device-filter={df} (cgroup v2 eBPF device filter; {probe})\n",
         version = info.version,
         commit = info.commit,
@@ -75,6 +79,7 @@ pub fn render(info: &BuildInfo, probe: &str) -> String {
         libcontainer = info.libcontainer,
         seccomp = info.seccomp_link,
         allocator = info.allocator,
+        executable = info.executable,
         df = on_off(info.device_filter),
     )
 }
@@ -123,6 +128,16 @@ mod tests {
             "mimalloc"
         };
         assert_eq!(info.allocator, expected);
+        // The test binary is linked as the shim is: a PIE has a dynamic base (ET_DYN).
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let et_dyn = u16::from_ne_bytes([exe[16], exe[17]]) == 3;
+        assert_eq!(
+            info.executable.starts_with("PIE"),
+            et_dyn,
+            "{} for an ELF of type {}",
+            info.executable,
+            if et_dyn { "DYN" } else { "EXEC" }
+        );
     }
 
     #[test]
@@ -136,6 +151,7 @@ mod tests {
             libcontainer: "0.7.0",
             seccomp_link: "static",
             allocator: "mimalloc",
+            executable: "PIE (randomized base)",
             device_filter: false,
         };
         let text = render(&info, "probe said no");
@@ -143,7 +159,7 @@ mod tests {
             text,
             "containerd-shim-spin-v2 1.2.3\ncommit: abc (2026-01-02)\ntarget: aarch64-unknown-linux-musl\n\
              wasmtime: 48.0.1\nlibcontainer: 0.7.0\nlibseccomp: linked static\n\
-             allocator: mimalloc\nfeatures: device-filter=off (cgroup v2 eBPF device filter; probe said no)\n"
+             allocator: mimalloc\nexecutable: PIE (randomized base)\nfeatures: device-filter=off (cgroup v2 eBPF device filter; probe said no)\n"
         );
     }
 }

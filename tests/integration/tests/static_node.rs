@@ -124,7 +124,8 @@ fn scenario(static_dir: &Path) -> Result<()> {
         v.status.success()
             && vt.contains("target: x86_64-unknown-linux-musl")
             && vt.contains("libseccomp: linked static")
-            && vt.contains("allocator: mimalloc"),
+            && vt.contains("allocator: mimalloc")
+            && vt.contains("executable: PIE (randomized base)"),
         "static shim --version on the no-libc node: {}",
         text(&v)
     );
