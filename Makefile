@@ -126,7 +126,8 @@ bench-start: build apps
 	@bash scripts/bench-start.sh
 
 ## bench-memory-release: memory per pod and density (make bench's sections 4 and 5) with the
-## shim the release archives ship (static musl, mimalloc) instead of the glibc build;
+## shim the release archives ship (static musl, mimalloc; SHIM_MUSL_MALLOC=1 and
+## SHIM_LINK_NO_PIE=1 select the density builds) instead of the glibc build;
 ## report in target/bench/memory-release.md
 bench-memory-release: build apps
 	@bash scripts/bench-memory-release.sh

@@ -92,30 +92,19 @@ fn main() {
 ///
 /// `SHIM_EXECUTABLE` names the result for `--version`.
 fn link_non_pie() {
-    println!("cargo:rerun-if-env-changed=SHIM_LINK_NO_PIE");
-    let no_pie = match std::env::var("SHIM_LINK_NO_PIE").as_deref() {
-        Ok("1") => true,
-        Ok("0") | Ok("") | Err(_) => false,
-        Ok(other) => fail(&format!(
-            "SHIM_LINK_NO_PIE={other:?}: set it to 1 (link non-PIE: pods share the relocated \
-             data, the executable is not randomized) or 0 / unset (a PIE, the default)"
-        )),
-    };
+    let no_pie = switch(
+        "SHIM_LINK_NO_PIE",
+        "link non-PIE: pods share the relocated data, the executable is not randomized",
+        "a PIE, the default",
+    );
     // The flags rustc compiles this package with (the target's RUSTFLAGS), 0x1f-separated;
     // `-C relocation-model=static` may come as one argument or two.
     let rustflags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    let static_model = rustflags
-        .split('\x1f')
-        .scan("", |prev, f| {
-            let joined = if *prev == "-C" {
-                format!("-C{f}")
-            } else {
-                f.to_string()
-            };
-            *prev = f;
-            Some(joined)
-        })
-        .any(|f| f == "-Crelocation-model=static");
+    let flags: Vec<&str> = rustflags.split('\x1f').collect();
+    let static_model = flags.contains(&"-Crelocation-model=static")
+        || flags
+            .windows(2)
+            .any(|w| w == ["-C", "relocation-model=static"]);
     let position_dependent = match env("CARGO_CFG_TARGET_ENV").as_str() {
         "gnu" if no_pie => {
             println!("cargo:rustc-link-arg-bins=-no-pie");
@@ -144,16 +133,12 @@ fn link_non_pie() {
 /// of a pod, 4.4 instead of 7.1 MiB per idle pod at 100 pods (README, memory per pod). glibc
 /// builds always use glibc's malloc. `SHIM_ALLOCATOR` names the choice for `--version`.
 fn allocator() {
-    println!("cargo:rerun-if-env-changed=SHIM_MUSL_MALLOC");
     println!("cargo::rustc-check-cfg=cfg(shim_musl_malloc)");
-    let musl_malloc = match std::env::var("SHIM_MUSL_MALLOC").as_deref() {
-        Ok("1") => true,
-        Ok("0") | Ok("") | Err(_) => false,
-        Ok(other) => fail(&format!(
-            "SHIM_MUSL_MALLOC={other:?}: set it to 1 (musl builds allocate with musl's malloc: \
-             less memory per pod, more CPU per request) or 0 / unset (mimalloc, the default)"
-        )),
-    };
+    let musl_malloc = switch(
+        "SHIM_MUSL_MALLOC",
+        "musl builds allocate with musl's malloc: less memory per pod, more CPU per request",
+        "mimalloc, the default",
+    );
     let name = match env("CARGO_CFG_TARGET_ENV").as_str() {
         "musl" if musl_malloc => {
             println!("cargo:rustc-cfg=shim_musl_malloc");
@@ -164,6 +149,19 @@ fn allocator() {
         _ => "the C library's malloc",
     };
     println!("cargo:rustc-env=SHIM_ALLOCATOR={name}");
+}
+
+/// An on/off build variable: `1` is on; `0`, empty or unset is off; anything else fails the
+/// build, saying what each setting means. Cargo reruns the script when it changes.
+fn switch(var: &str, on: &str, off: &str) -> bool {
+    println!("cargo:rerun-if-env-changed={var}");
+    match std::env::var(var).as_deref() {
+        Ok("1") => true,
+        Ok("0") | Ok("") | Err(_) => false,
+        Ok(other) => fail(&format!(
+            "{var}={other:?}: set it to 1 ({on}) or 0 / unset ({off})"
+        )),
+    }
 }
 
 /// Every version of `package` in a Cargo.lock, in file order.

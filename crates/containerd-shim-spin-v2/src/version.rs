@@ -129,8 +129,13 @@ mod tests {
         };
         assert_eq!(info.allocator, expected);
         // The test binary is linked as the shim is: a PIE has a dynamic base (ET_DYN).
-        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-        let et_dyn = u16::from_ne_bytes([exe[16], exe[17]]) == 3;
+        let mut header = [0u8; 18];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open(std::env::current_exe().unwrap()).unwrap(),
+            &mut header,
+        )
+        .unwrap();
+        let et_dyn = u16::from_ne_bytes([header[16], header[17]]) == 3;
         assert_eq!(
             info.executable.starts_with("PIE"),
             et_dyn,
