@@ -23,6 +23,8 @@ pub struct ServerProcess {
     /// The command line it was started with (for [`ServerProcess::restart`]).
     argv: Vec<std::ffi::OsString>,
     stop_signal: &'static str,
+    /// Whether it serves again after [`ServerProcess::restart`].
+    ready: fn(&ServerProcess) -> bool,
     /// Data dir (removed after the process is gone).
     pub dir: tempfile::TempDir,
 }
@@ -66,7 +68,7 @@ impl ServerProcess {
         cmd.args(&self.argv[1..]);
         self.stop();
         self.child = spawn(self.name, cmd, self.dir.path());
-        self.wait_ready(tcp_ready);
+        self.wait_ready(self.ready);
     }
 
     /// Stops the server by its pid (SIGKILL after 15 s).
@@ -111,6 +113,20 @@ fn free_port() -> u16 {
 
 fn tcp_ready(s: &ServerProcess) -> bool {
     TcpStream::connect_timeout(&s.addr(), Duration::from_millis(200)).is_ok()
+}
+
+/// nats-server greets each client with its `INFO` line (in plain text, TLS or not) once it
+/// serves clients: an open port alone is not that.
+fn nats_ready(s: &ServerProcess) -> bool {
+    use std::io::BufRead;
+    let Ok(conn) = TcpStream::connect_timeout(&s.addr(), Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut line = String::new();
+    std::io::BufReader::new(conn)
+        .read_line(&mut line)
+        .is_ok_and(|_| line.starts_with("INFO "))
 }
 
 fn log_file(dir: &Path) -> (Stdio, Stdio) {
@@ -202,6 +218,7 @@ fn redis_with(unix_socket: bool, tls: Option<&Path>) -> ServerProcess {
         child,
         argv,
         stop_signal: "TERM",
+        ready: tcp_ready,
         dir,
     };
     s.wait_ready(tcp_ready);
@@ -309,6 +326,7 @@ fn postgres_with(listen: &[&str], tls: Option<&Path>) -> ServerProcess {
         argv,
         // Fast shutdown: ends client sessions.
         stop_signal: "INT",
+        ready: tcp_ready,
         dir,
     };
     let isready = bin_dir.join("pg_isready");
@@ -377,6 +395,7 @@ fn mariadb_with(tls: Option<&Path>) -> ServerProcess {
         child,
         argv,
         stop_signal: "TERM",
+        ready: tcp_ready,
         dir,
     };
     let client = require("mariadb", "mariadb-client");
@@ -440,6 +459,7 @@ fn mosquitto_with(tls: Option<&Path>) -> ServerProcess {
         child,
         argv,
         stop_signal: "TERM",
+        ready: tcp_ready,
         dir,
     };
     s.wait_ready(tcp_ready);
@@ -600,7 +620,7 @@ fn nats_with(tls: Option<&Path>) -> ServerProcess {
             .arg("--tlskey")
             .arg(pki.join("server.key"));
     }
-    running("nats-server", cmd, port, dir)
+    running("nats-server", cmd, port, dir, nats_ready)
 }
 
 /// moto's server (a local SQS and DynamoDB, `scripts/install-moto.sh`); it keeps its state
@@ -611,12 +631,18 @@ pub fn moto() -> ServerProcess {
     let port = free_port();
     let mut cmd = Command::new(bin);
     cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
-    running("moto_server", cmd, port, dir)
+    running("moto_server", cmd, port, dir, tcp_ready)
 }
 
-/// Starts `cmd` (listening on `port`, its data in `dir`); returns once the port accepts
-/// connections. SIGTERM stops it.
-fn running(name: &'static str, cmd: Command, port: u16, dir: tempfile::TempDir) -> ServerProcess {
+/// Starts `cmd` (listening on `port`, its data in `dir`); returns once `ready` says it
+/// serves. SIGTERM stops it.
+fn running(
+    name: &'static str,
+    cmd: Command,
+    port: u16,
+    dir: tempfile::TempDir,
+    ready: fn(&ServerProcess) -> bool,
+) -> ServerProcess {
     let argv = argv_of(&cmd);
     let child = spawn(name, cmd, dir.path());
     let mut s = ServerProcess {
@@ -625,9 +651,10 @@ fn running(name: &'static str, cmd: Command, port: u16, dir: tempfile::TempDir) 
         child,
         argv,
         stop_signal: "TERM",
+        ready,
         dir,
     };
-    s.wait_ready(tcp_ready);
+    s.wait_ready(ready);
     s
 }
 
@@ -728,17 +755,28 @@ impl ServerProcess {
     /// `$JS.API.CONSUMER.INFO.<stream>.<consumer>`) and JetStream publishing (the reply is
     /// the stored message's ack).
     /// A subject no one serves yet (JetStream's API while the server starts) is asked again
-    /// until it is served (30 s).
+    /// until it is served, and a connection lost before the request went out is made again
+    /// (30 s).
     pub fn nats_request(&self, subject: &str, payload: &str) -> std::io::Result<String> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let inbox = format!("_INBOX.test.{}", std::process::id());
         loop {
             use std::io::Write;
-            let mut c = NatsText::connect(self.addr())?;
-            let inbox = format!("_INBOX.test.{}", std::process::id());
             // The subscription is in place before the request goes out; the request is not
             // followed by a PING, since the reply can come before a PONG and waiting for the
             // PONG would skip it.
-            c.send_and_sync(&format!("SUB {inbox} 1\r\n"))?;
+            let subscribed = NatsText::connect(self.addr()).and_then(|mut c| {
+                c.send_and_sync(&format!("SUB {inbox} 1\r\n"))?;
+                Ok(c)
+            });
+            let mut c = match subscribed {
+                Ok(c) => c,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             c.writer.write_all(
                 format!("PUB {subject} {inbox} {}\r\n{payload}\r\n", payload.len()).as_bytes(),
             )?;

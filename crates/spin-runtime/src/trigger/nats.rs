@@ -20,9 +20,9 @@
 //! Each entry has its own connection. A lost or refused connection is logged and retried
 //! with the triggers' backoff (200 ms doubling to 5 s) and the subscription is renewed. On
 //! shutdown no message is taken: the running handler finishes and its message is
-//! acknowledged (confirmed), a message the server sends in answer to a pull made just
-//! before the stop is NAKed at once for another consumer, then the connection drains and
-//! the trigger waits until it is closed.
+//! acknowledged (confirmed); a pull request that is out is waited for (its answer comes
+//! within its 1 s expiry) and a message it brings is NAKed at once for another consumer;
+//! then the connection drains and the trigger waits until it is closed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,11 +43,12 @@ pub const INBOUND_NATS: &str = "spin:nats-trigger/inbound-nats@0.1.0";
 
 /// How long one connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the server holds a JetStream pull request open while no message is there.
-const PULL_WAIT: Duration = Duration::from_secs(5);
-/// At a stop with a pull request out: how long a message the server may already be sending
-/// in answer is awaited (and then NAKed), so that it does not wait out its ack wait.
-const SETTLE_WAIT: Duration = Duration::from_millis(500);
+/// How long the server holds a JetStream pull request open while no message is there; a
+/// stop waits for the open request's answer (at most this long when idle).
+const PULL_WAIT: Duration = Duration::from_secs(1);
+/// At a stop with a pull request out: how long after its expiry its answer is still
+/// awaited (a message is then NAKed, so that it does not wait out its ack wait).
+const ANSWER_MARGIN: Duration = Duration::from_secs(2);
 /// How long a stopping trigger waits for its drained connection to close.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
@@ -431,22 +432,30 @@ impl Listener {
         let ack_wait = Some(consumer.cached_info().config.ack_wait)
             .filter(|w| !w.is_zero())
             .unwrap_or(Duration::from_secs(30));
-        loop {
+        while !stop.is_set() {
             // One message per pull request, asked for once the previous one is settled:
             // none waits in this client, where its ack wait would run out unseen (it would
-            // be delivered again, or after a stop only once the ack wait has passed).
-            let pulled = tokio::select! {
-                biased;
-                _ = stop.wait() => return Ok(()),
-                b = consumer.batch().max_messages(1).expires(PULL_WAIT).messages() => b,
-            };
-            let mut batch = pulled.context("pull request")?;
+            // be delivered again, or after a stop only once the ack wait has passed). Not
+            // raced with the stop: a request sent and then abandoned would still be answered.
+            // (It is queued to the connection's task; bounded for a queue that is full while
+            // the connection is down.)
+            let request = consumer
+                .batch()
+                .max_messages(1)
+                .expires(PULL_WAIT)
+                .messages();
+            let mut batch = tokio::time::timeout(CONNECT_TIMEOUT, request)
+                .await
+                .map_err(|_| anyhow!("pull request: not sent within {CONNECT_TIMEOUT:?}"))?
+                .context("pull request")?;
             let m = tokio::select! {
                 biased;
                 _ = stop.wait() => {
-                    // The server may be sending a message in answer already: handed back at
-                    // once, it is not left to wait out its ack wait in a client that is gone.
-                    if let Ok(Some(Ok(m))) = tokio::time::timeout(SETTLE_WAIT, batch.next()).await {
+                    // The server answers the request with a message, or with none once it
+                    // expires. A message is handed back at once, not left to wait out its
+                    // ack wait in a client that is gone.
+                    let answer = tokio::time::timeout(PULL_WAIT + ANSWER_MARGIN, batch.next());
+                    if let Ok(Some(Ok(m))) = answer.await {
                         self.settle(&m, jetstream::AckKind::Nak(None)).await;
                     }
                     return Ok(());
@@ -470,6 +479,7 @@ impl Listener {
             };
             self.settle(&m, kind).await;
         }
+        Ok(())
     }
 
     /// Sends `kind` (ACK or NAK) for `m` and waits for the server to confirm it: a message
