@@ -23,7 +23,8 @@ pub struct ServerProcess {
     /// The command line it was started with (for [`ServerProcess::restart`]).
     argv: Vec<std::ffi::OsString>,
     stop_signal: &'static str,
-    /// Whether it serves again after [`ServerProcess::restart`].
+    /// Whether it serves: checked after [`ServerProcess::restart`], and at start unless the
+    /// server has a start check of its own (postgres, mariadb).
     ready: fn(&ServerProcess) -> bool,
     /// Data dir (removed after the process is gone).
     pub dir: tempfile::TempDir,
@@ -221,7 +222,7 @@ fn redis_with(unix_socket: bool, tls: Option<&Path>) -> ServerProcess {
         ready: tcp_ready,
         dir,
     };
-    s.wait_ready(tcp_ready);
+    s.wait_ready(s.ready);
     s
 }
 
@@ -462,7 +463,7 @@ fn mosquitto_with(tls: Option<&Path>) -> ServerProcess {
         ready: tcp_ready,
         dir,
     };
-    s.wait_ready(tcp_ready);
+    s.wait_ready(s.ready);
     s
 }
 
@@ -654,7 +655,7 @@ fn running(
         ready,
         dir,
     };
-    s.wait_ready(ready);
+    s.wait_ready(s.ready);
     s
 }
 
